@@ -1,0 +1,43 @@
+"""Liveness and readiness probes."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from pydantic import BaseModel
+
+from api.schemas import ModelInfo
+from api.scoring import FraudScorer
+
+router = APIRouter(tags=["health"])
+
+
+class Liveness(BaseModel):
+    status: str
+
+
+class Readiness(BaseModel):
+    status: str
+    model: ModelInfo
+
+
+@router.get("/healthz", response_model=Liveness)
+async def healthz() -> Liveness:
+    """The process is alive and its event loop answers. Never calls serving."""
+    return Liveness(status="ok")
+
+
+@router.get(
+    "/readyz",
+    response_model=Readiness,
+    responses={503: {"description": "Serving is unreachable or has no AVAILABLE version."}},
+)
+async def readyz(request: Request) -> Readiness:
+    """Ready when serving reports a version of the fraud model AVAILABLE.
+
+    Reads model status afresh on every call (no cache), so a probe sees serving go
+    down and come back. Failures are answered 503/504 by the serving-error handler.
+    """
+    scorer: FraudScorer = request.app.state.fraud_scorer
+    scorer.latest.invalidate()
+    version = await scorer.latest.get()
+    return Readiness(status="ready", model=ModelInfo(name=scorer.model_name, version=version))

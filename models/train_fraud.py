@@ -1,0 +1,138 @@
+"""Train the `fraud` example model and export it in TF Serving's layout.
+
+    python -m models.train_fraud [--output models/fraud] [--version 1]
+
+Generates raw transactions (`models.transactions`), maps them through the API's own
+feature definition (`api.features.extract_features`), trains a small Keras MLP,
+prints the ROC AUC on a held-out split, and writes:
+
+    <output>/<version>/saved_model.pb, variables/        the servable
+    <output>/<version>/assets.extra/tf_serving_warmup_requests
+                                                         PredictionLog records that
+                                                         TF Serving replays with
+                                                         --enable_model_warmup
+
+Signature `serving_default` (stable, documented in the README):
+    inputs:  features     float32 [batch, N_FEATURES]  in api.features.FEATURE_NAMES order
+    outputs: fraud_score  float32 [batch, 1]           probability of fraud, 0..1
+
+Seeds are fixed, so the script reproduces the committed version (the AUC to the
+third decimal; weights may differ in the last bits across CPUs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2  # noqa: E402
+
+import keras  # noqa: E402
+from api.features import FEATURE_NAMES, N_FEATURES, extract_batch  # noqa: E402
+from api.schemas import Transaction  # noqa: E402
+from models.transactions import generate_transactions  # noqa: E402
+
+SEED = 20261129
+INPUT_NAME = "features"
+OUTPUT_NAME = "fraud_score"
+SIGNATURE = "serving_default"
+WARMUP_FILE = "tf_serving_warmup_requests"
+
+
+def dataset(n: int, seed: int, start_index: int) -> tuple[np.ndarray, np.ndarray]:
+    """Features [n, N_FEATURES] float32 and labels [n] float32 from generated traffic."""
+    rows = generate_transactions(n, seed=seed, start_index=start_index)
+    x = np.asarray(
+        extract_batch([Transaction.model_validate(r.body) for r in rows]), dtype=np.float32
+    )
+    y = np.asarray([r.is_fraud for r in rows], dtype=np.float32)
+    return x, y
+
+
+def build_model(train_x: np.ndarray) -> keras.Model:
+    """MLP: Normalization (adapted on train_x) -> 32 -> 16 -> 1 sigmoid."""
+    norm = keras.layers.Normalization(name="normalize")
+    norm.adapt(train_x)
+    inputs = keras.Input(shape=(N_FEATURES,), name=INPUT_NAME, dtype="float32")
+    h = norm(inputs)
+    h = keras.layers.Dense(32, activation="relu")(h)
+    h = keras.layers.Dense(16, activation="relu")(h)
+    out = keras.layers.Dense(1, activation="sigmoid", name=OUTPUT_NAME)(h)
+    model = keras.Model(inputs, out, name="fraud")
+    model.compile(
+        optimizer=keras.optimizers.Adam(1e-3),
+        loss="binary_crossentropy",
+        metrics=[keras.metrics.AUC(name="auc", num_thresholds=2000)],
+    )
+    return model
+
+
+def export(model: keras.Model, version_dir: Path, warmup_rows: np.ndarray) -> None:
+    """Write the SavedModel with named input/output, plus the warmup records."""
+    if version_dir.exists():
+        shutil.rmtree(version_dir)
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    archive.add_endpoint(
+        name=SIGNATURE,
+        fn=lambda features: {OUTPUT_NAME: model(features, training=False)},
+        input_signature=[tf.TensorSpec([None, N_FEATURES], tf.float32, name=INPUT_NAME)],
+    )
+    archive.write_out(str(version_dir), verbose=False)
+    write_warmup(version_dir, warmup_rows)
+
+
+def write_warmup(version_dir: Path, rows: np.ndarray) -> None:
+    """assets.extra/tf_serving_warmup_requests: one PredictLog per batch size 1, 8, 64.
+
+    Format per TF Serving's SavedModel Warmup guide: a TFRecord file of
+    `PredictionLog` protos, at most 1000 records.
+    """
+    extra = version_dir / "assets.extra"
+    extra.mkdir(parents=True, exist_ok=True)
+    with tf.io.TFRecordWriter(str(extra / WARMUP_FILE)) as writer:
+        for batch in (1, 8, 64):
+            request = predict_pb2.PredictRequest(
+                model_spec=model_pb2.ModelSpec(name="fraud", signature_name=SIGNATURE)
+            )
+            request.inputs[INPUT_NAME].CopyFrom(tf.make_tensor_proto(rows[:batch]))
+            log = prediction_log_pb2.PredictionLog(
+                predict_log=prediction_log_pb2.PredictLog(request=request)
+            )
+            writer.write(log.SerializeToString())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--output", type=Path, default=Path("models/fraud"))
+    parser.add_argument("--version", type=int, default=1)
+    parser.add_argument("--train-rows", type=int, default=60_000)
+    parser.add_argument("--test-rows", type=int, default=20_000)
+    parser.add_argument("--epochs", type=int, default=8)
+    args = parser.parse_args()
+
+    keras.utils.set_random_seed(SEED)
+    tf.config.experimental.enable_op_determinism()
+    train_x, train_y = dataset(args.train_rows, seed=SEED, start_index=0)
+    test_x, test_y = dataset(args.test_rows, seed=SEED + 1, start_index=args.train_rows)
+    print(f"features ({N_FEATURES}): {', '.join(FEATURE_NAMES)}")
+    print(f"train rows {len(train_y)} (fraud {train_y.mean():.3f}), test rows {len(test_y)}")
+
+    model = build_model(train_x)
+    model.fit(train_x, train_y, epochs=args.epochs, batch_size=256, shuffle=True, verbose=0)
+    _, auc = model.evaluate(test_x, test_y, batch_size=4096, verbose=0)
+    print(f"held-out ROC AUC: {auc:.4f}")
+
+    version_dir = args.output / str(args.version)
+    export(model, version_dir, test_x[:64])
+    print(f"exported {version_dir} (signature {SIGNATURE}: {INPUT_NAME} -> {OUTPUT_NAME})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# One container, two apps: the serving tier and the API, supervised together.
+#
+# 1. Starts tensorflow_model_server if it is on PATH, else our compatible server
+#    (python -m serving), with the same flags.
+# 2. Waits until every model in the config reports a version AVAILABLE (polls model
+#    status until SERVING_READY_TIMEOUT_S; no fixed sleep).
+# 3. Starts gunicorn with uvicorn workers (gunicorn.conf.py) for the API.
+# SIGTERM/SIGINT stop both: the API first (it drains in-flight requests), then serving.
+# If either process exits, the other is stopped and the script exits non-zero.
+#
+# Environment (defaults in brackets):
+#   MODEL_CONFIG_FILE [models.config]  REST_API_PORT [8501]  GRPC_PORT [8500]
+#   API_PORT [8000]  API_HOST [0.0.0.0]  WEB_CONCURRENCY [from the CPU quota]
+#   MODELS_DIR: when set, the config's "/models/" base_path prefix is rewritten to it
+#   SERVING_HOST [127.0.0.1]: where serving's REST API is polled and called
+#   SERVING_READY_TIMEOUT_S [120]  PYTHON [python3]
+#   SERVING_ARGS: extra flags for the model server (e.g. --enable_batching)
+set -euo pipefail
+
+MODEL_CONFIG_FILE=${MODEL_CONFIG_FILE:-models.config}
+REST_API_PORT=${REST_API_PORT:-8501}
+GRPC_PORT=${GRPC_PORT:-8500}
+API_PORT=${API_PORT:-8000}
+API_HOST=${API_HOST:-0.0.0.0}
+SERVING_HOST=${SERVING_HOST:-127.0.0.1}
+SERVING_READY_TIMEOUT_S=${SERVING_READY_TIMEOUT_S:-120}
+PYTHON=${PYTHON:-python3}
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+log() { echo "run-server: $*" >&2; }
+
+[[ -f "$MODEL_CONFIG_FILE" ]] || { log "model config file not found: $MODEL_CONFIG_FILE"; exit 2; }
+config=$MODEL_CONFIG_FILE
+if [[ -n "${MODELS_DIR:-}" ]]; then
+  models_dir=$(cd "$MODELS_DIR" && pwd)
+  config=$(mktemp "${TMPDIR:-/tmp}/models.config.XXXXXX")
+  sed "s#\"/models/#\"${models_dir}/#g" "$MODEL_CONFIG_FILE" > "$config"
+fi
+mapfile -t model_names < <(sed -n 's/^[[:space:]]*name:[[:space:]]*"\([^"]*\)".*/\1/p' "$config")
+[[ ${#model_names[@]} -gt 0 ]] || { log "no model names in $MODEL_CONFIG_FILE"; exit 2; }
+
+serving_flags=(--port="$GRPC_PORT" --rest_api_port="$REST_API_PORT" --model_config_file="$config")
+if command -v tensorflow_model_server >/dev/null 2>&1; then
+  log "serving tier: tensorflow_model_server"
+  tensorflow_model_server "${serving_flags[@]}" ${SERVING_ARGS:-} &
+else
+  log "serving tier: python -m serving (tensorflow_model_server is not on PATH)"
+  (cd "$HERE" && exec "$PYTHON" -m serving "${serving_flags[@]}" ${SERVING_ARGS:-}) &
+fi
+serving_pid=$!
+api_pid=
+
+stop_all() {
+  trap - TERM INT
+  if [[ -n "$api_pid" ]] && kill -0 "$api_pid" 2>/dev/null; then
+    kill -TERM "$api_pid" 2>/dev/null || true
+    wait "$api_pid" 2>/dev/null || true
+  fi
+  if kill -0 "$serving_pid" 2>/dev/null; then
+    kill -TERM "$serving_pid" 2>/dev/null || true
+    wait "$serving_pid" 2>/dev/null || true
+  fi
+}
+trap 'log "stopping"; stop_all; exit 0' TERM INT
+
+# Wait for every model to report a version AVAILABLE.
+deadline=$((SECONDS + SERVING_READY_TIMEOUT_S))
+for name in "${model_names[@]}"; do
+  url="http://${SERVING_HOST}:${REST_API_PORT}/v1/models/${name}"
+  until "$PYTHON" -c "import sys, urllib.request as u; sys.exit(b'\"AVAILABLE\"' not in u.urlopen(sys.argv[1], timeout=2).read())" "$url" 2>/dev/null; do
+    if ! kill -0 "$serving_pid" 2>/dev/null; then
+      log "serving tier exited before model '$name' became AVAILABLE"; wait "$serving_pid" || true; exit 1
+    fi
+    if (( SECONDS >= deadline )); then
+      log "model '$name' not AVAILABLE after ${SERVING_READY_TIMEOUT_S}s"; stop_all; exit 1
+    fi
+    sleep 0.2
+  done
+  log "model '$name' AVAILABLE"
+done
+
+export SERVING_URL=${SERVING_URL:-http://${SERVING_HOST}:${REST_API_PORT}}
+export API_BIND="${API_HOST}:${API_PORT}"
+(cd "$HERE" && exec "$PYTHON" -m gunicorn -c gunicorn.conf.py 'api.app:create_app()') &
+api_pid=$!
+
+# Report readiness once the API itself answers /readyz.
+api_url="http://127.0.0.1:${API_PORT}"
+until "$PYTHON" -c "import sys, urllib.request as u; u.urlopen(sys.argv[1], timeout=2)" "$api_url/readyz" 2>/dev/null; do
+  kill -0 "$api_pid" 2>/dev/null || break
+  if (( SECONDS >= deadline + 60 )); then log "API not ready in time"; break; fi
+  sleep 0.2
+done
+log "API ready on ${api_url} (serving at $SERVING_URL). Try:"
+log "  curl -s -X POST ${api_url}/v1/fraud/score -H 'content-type: application/json' -d @examples/transaction.json"
+
+# Whichever exits first, stop the other.
+set +e
+wait -n "$serving_pid" "$api_pid"
+status=$?
+log "a process exited (status $status); stopping the other"
+stop_all
+exit $(( status == 0 ? 1 : status ))
