@@ -59,7 +59,8 @@ class Proc:
         return self.popen.poll() is None
 
     def log(self) -> str:
-        self._log.flush()
+        if not self._log.closed:
+            self._log.flush()
         return self.log_path.read_text(errors="replace")[-4000:]
 
     def stop(self, timeout_s: float = 20.0) -> int:

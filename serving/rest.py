@@ -1,0 +1,201 @@
+"""The HTTP/REST front end: TF Serving's REST API (``g3doc/api_rest.md``) as a Starlette app.
+
+Routes (``model_servers/http_rest_api_util.cc``; case-insensitive, names and labels URL-decoded)::
+
+    GET  /v1/models/{name}[/versions/{v} | /labels/{l}]            -> model status
+    GET  /v1/models/{name}[/versions/{v} | /labels/{l}]/metadata   -> model metadata
+    POST /v1/models/{name}[/versions/{v} | /labels/{l}]:predict    -> predict
+    POST /v1/models/{name}[/versions/{v} | /labels/{l}]:classify   -> see below
+    POST /v1/models/{name}[/versions/{v} | /labels/{l}]:regress    -> see below
+
+Like TF Serving's ``HttpRestApiHandler``, this module only parses the path, decodes, calls the core
+(:class:`~serving.predict.Predictor`, :mod:`serving.metadata`) and encodes -- there is no inference
+logic here. It matches TF Serving's own two regular expressions instead of declaring Starlette
+routes, so that routing corner cases behave the same: any other ``/v1/...`` path or method is
+``400 {"error": "Malformed request: <METHOD> <path>"}``. Paths outside ``/v1/`` are ignored by TF
+Serving's dispatcher (a bare 404); here they are ``404`` with the same ``Malformed request``
+message.
+
+Every error is ``{"error": "<message>"}`` with the HTTP status of
+:data:`serving.errors.HTTP_STATUS`, produced by one exception handler. Every response is
+``application/json``. ``:classify`` / ``:regress`` parse the body and resolve the model and
+signature like TF Serving, reject a signature of another method with TF Serving's message, and
+answer ``501`` (``UNIMPLEMENTED``) otherwise -- Example-based inference comes later.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from urllib.parse import unquote
+
+import orjson
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from serving import json_tensor, metadata
+from serving.apis import DEFAULT_SIGNATURE, ModelSpec, PredictRequest
+from serving.errors import Code, ServingError, from_exception
+from serving.manager import ServableManager
+from serving.predict import Predictor
+
+__all__ = ["create_app"]
+
+# kHTTPRestApiHandlerPathRegex, kPredictionApiGegex, kModelStatusApiRegex (RE2 FullMatch).
+_REST_API_PATH = re.compile(r"/v1/.*", re.IGNORECASE | re.DOTALL)
+_PREDICTION_API = re.compile(
+    r"/v1/models/([^/:]+)(?:(?:/versions/(\d+))|(?:/labels/([^/:]+)))?:(classify|regress|predict)",
+    re.IGNORECASE,
+)
+_MODEL_STATUS_API = re.compile(
+    r"/v1/models(?:/([^/:]+))?(?:(?:/versions/(\d+))|(?:/labels/([^/:]+)))?(?:/(metadata))?",
+    re.IGNORECASE,
+)
+_INT64_MAX = 2**63 - 1
+_JSON = "application/json"
+_CORS_HEADERS: Mapping[str, str] = {
+    "Access-Control-Allow-Origin": "*",
+    "Access-Control-Allow-Methods": "POST, GET",
+    "Access-Control-Allow-Headers": "Content-Type",
+}
+_METHOD_NAMES = {"classify": "tensorflow/serving/classify", "regress": "tensorflow/serving/regress"}
+_ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"]
+
+
+def create_app(
+    predictor: Predictor,
+    manager: ServableManager,
+    *,
+    timeout_ms: int | None = None,
+    enable_cors: bool = False,
+) -> Starlette:
+    """The REST API over ``predictor`` and ``manager``.
+
+    ``timeout_ms`` bounds each ``Session.run`` (``--rest_api_timeout_in_ms``); ``enable_cors``
+    adds TF Serving's CORS headers to every response and answers ``OPTIONS`` pre-flights.
+    """
+    handler = _RestApiHandler(predictor, manager, timeout_ms, enable_cors)
+    headers = dict(_CORS_HEADERS) if enable_cors else {}
+
+    async def on_serving_error(request: Request, exc: Exception) -> Response:
+        error = from_exception(exc)
+        return _json_response(_error_body(error.message), error.http_status, headers)
+
+    async def on_unexpected_error(request: Request, exc: Exception) -> Response:
+        # Starlette re-raises after this response is sent, so the server logs the traceback.
+        return _json_response(_error_body(f"Internal error: {exc}"), 500, headers)
+
+    return Starlette(
+        routes=[Route("/{path:path}", handler.handle, methods=_ALL_METHODS)],
+        exception_handlers={ServingError: on_serving_error, Exception: on_unexpected_error},
+    )
+
+
+def _json_response(body: bytes, status: int, headers: Mapping[str, str]) -> Response:
+    return Response(body, status_code=status, media_type=_JSON, headers=dict(headers))
+
+
+def _error_body(message: str) -> bytes:
+    """``{"error": "<message>"}``; messages may carry undecodable request bytes."""
+    try:
+        return orjson.dumps({"error": message})
+    except orjson.JSONEncodeError:
+        return orjson.dumps({"error": message.encode("utf-8", "replace").decode("utf-8")})
+
+
+class _RestApiHandler:
+    """``HttpRestApiHandler::ProcessRequest``: path -> core call -> JSON."""
+
+    def __init__(
+        self,
+        predictor: Predictor,
+        manager: ServableManager,
+        timeout_ms: int | None,
+        enable_cors: bool,
+    ) -> None:
+        self._predictor = predictor
+        self._manager = manager
+        self._timeout_ms = timeout_ms if timeout_ms and timeout_ms > 0 else None
+        self._headers: Mapping[str, str] = dict(_CORS_HEADERS) if enable_cors else {}
+        self._cors = enable_cors
+
+    async def handle(self, request: Request) -> Response:
+        method = request.method
+        raw_path = request.scope.get("raw_path")
+        # The undecoded path (ASGI raw_path has no query string; some clients add it anyway).
+        path = raw_path.partition(b"?")[0].decode("latin-1") if raw_path else request.url.path
+        if not _REST_API_PATH.fullmatch(path):
+            raise ServingError(Code.NOT_FOUND, f"Malformed request: {method} {path}")
+        if method == "OPTIONS" and self._cors:
+            return Response(b"", status_code=200, headers=dict(self._headers))
+        if method == "POST" and (match := _PREDICTION_API.fullmatch(path)):
+            spec = _model_spec(match.group(1), match.group(2), match.group(3))
+            verb = match.group(4)
+            if verb == "predict":
+                return await self._predict(spec, await request.body())
+            if verb in _METHOD_NAMES:
+                return self._classify_or_regress(verb, spec, await request.body())
+        elif method == "GET" and (match := _MODEL_STATUS_API.fullmatch(path)):
+            spec = _model_spec(match.group(1) or "", match.group(2), match.group(3))
+            if not spec.name:
+                raise ServingError(Code.INVALID_ARGUMENT, "Missing model name in request.")
+            if match.group(4) == "metadata":
+                response = metadata.get_model_metadata(self._manager, spec)
+                return self._ok(metadata.model_metadata_json(response))
+            status = metadata.get_model_status(self._manager, spec)
+            return self._ok(metadata.model_status_json(status))
+        raise ServingError(Code.INVALID_ARGUMENT, f"Malformed request: {method} {path}")
+
+    def _ok(self, body: bytes) -> Response:
+        return _json_response(body, 200, self._headers)
+
+    async def _predict(self, spec: ModelSpec, body: bytes) -> Response:
+        """``ProcessPredictRequest``: parse, GetInfoMap, decode, predict, encode."""
+        doc = json_tensor.parse_json(body)
+        signature = json_tensor.signature_name(doc)
+        spec = ModelSpec(spec.name, spec.version, spec.version_label, signature)
+        input_dtypes = self._predictor.input_dtypes(spec)
+        fmt, inputs = json_tensor.decode_predict_inputs(doc, input_dtypes, signature)
+        response = await self._predictor.predict(
+            PredictRequest(spec, inputs), timeout_ms=self._timeout_ms
+        )
+        return self._ok(json_tensor.encode_predict_outputs(response.outputs, fmt))
+
+    def _classify_or_regress(self, verb: str, spec: ModelSpec, body: bytes) -> Response:
+        """Resolve as ``Classify``/``Regress`` would; the inference itself is not built yet."""
+        doc = json_tensor.parse_json(body)
+        signature = json_tensor.signature_name(doc) or DEFAULT_SIGNATURE
+        lookup = ModelSpec(spec.name, spec.version, spec.version_label)
+        with self._manager.acquire(lookup) as handle:
+            signature_def = handle.servable.signature_defs.get(signature)
+        if signature_def is None:
+            raise ServingError(
+                Code.INVALID_ARGUMENT, f"No signature was found with the name: {signature}"
+            )
+        expected = _METHOD_NAMES[verb]
+        if signature_def.method_name != expected:
+            kind = "classification" if verb == "classify" else "regression"
+            raise ServingError(
+                Code.INVALID_ARGUMENT,
+                f"Expected {kind} signature method_name to be {expected}. "
+                f"Was: {signature_def.method_name}",
+            )
+        raise ServingError(Code.UNIMPLEMENTED, f"The {verb} API is not implemented yet.")
+
+
+def _model_spec(name: str, version: str | None, label: str | None) -> ModelSpec:
+    """``ParseModelInfo`` + ``FillModelSpecWithNameVersionAndLabel``."""
+    parsed_version = None
+    if version:
+        parsed_version = int(version)
+        if parsed_version > _INT64_MAX:
+            raise ServingError(
+                Code.INVALID_ARGUMENT, f"Failed to convert version: {version} to numeric."
+            )
+    return ModelSpec(
+        name=unquote(name) if name else name,
+        version=parsed_version,
+        version_label=unquote(label) if label else None,
+    )

@@ -1,0 +1,281 @@
+"""The REST front end in-process: the real Starlette app over real servables, via AppClient."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+from google.protobuf import text_format
+from serving_testlib import models_config_text
+from starlette.types import ASGIApp
+
+from serving.apis import ModelSpec, PredictRequest
+from serving.config import ModelServerConfig
+from serving.executor import BlockingExecutor
+from serving.manager import ServableManager
+from serving.predict import Predictor
+from serving.rest import create_app
+
+
+class AppClient:
+    """A synchronous client for an ASGI app through httpx's ASGITransport (one loop per call)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self._app = app
+
+    def request(self, method: str, path: str, **kwargs: object) -> httpx.Response:
+        async def send() -> httpx.Response:
+            transport = httpx.ASGITransport(app=self._app, raise_app_exceptions=False)
+            async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+                return await client.request(method, path, **kwargs)  # type: ignore[arg-type]
+
+        return asyncio.run(send())
+
+    def get(self, path: str, **kwargs: object) -> httpx.Response:
+        return self.request("GET", path, **kwargs)
+
+    def post(self, path: str, **kwargs: object) -> httpx.Response:
+        return self.request("POST", path, **kwargs)
+
+    def options(self, path: str, **kwargs: object) -> httpx.Response:
+        return self.request("OPTIONS", path, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def manager(serving_model_dir: Path) -> Iterator[ServableManager]:
+    from serving.servable import Servable  # imports TensorFlow
+
+    config = text_format.Parse(models_config_text(serving_model_dir), ModelServerConfig())
+    manager = ServableManager(
+        functools.partial(Servable.load, intra_op_threads=1, inter_op_threads=1)
+    )
+    manager.aspire(config)
+    manager.load_aspired()
+    yield manager
+    manager.unload_all()
+
+
+@pytest.fixture(scope="module")
+def executor() -> Iterator[BlockingExecutor]:
+    executor = BlockingExecutor(2, "session-run")
+    yield executor
+    executor.shutdown()
+
+
+@pytest.fixture(scope="module")
+def client(manager: ServableManager, executor: BlockingExecutor) -> Iterator[AppClient]:
+    yield AppClient(create_app(Predictor(manager, executor), manager, timeout_ms=30000))
+
+
+def test_paths_are_case_insensitive(client: AppClient) -> None:
+    response = client.post("/V1/MODELS/half_plus_two:predict", json={"instances": [1.0]})
+    assert response.json() == {"predictions": [2.5]}
+    # ... but the verb is compared exactly, as TF Serving does.
+    response = client.post("/v1/models/half_plus_two:PREDICT", json={"instances": [1.0]})
+    assert response.status_code == 400
+    assert response.json() == {"error": "Malformed request: POST /v1/models/half_plus_two:PREDICT"}
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("POST", "/v1/models/half_plus_two"),
+        ("GET", "/v1/models/half_plus_two:predict"),
+        ("PUT", "/v1/models/half_plus_two"),
+        ("POST", "/v1/models/half_plus_two/versions/x:predict"),
+    ],
+)
+def test_malformed_requests(client: AppClient, method: str, path: str) -> None:
+    response = client.request(method, path)
+    assert response.status_code == 400
+    assert response.json() == {"error": f"Malformed request: {method} {path}"}
+
+
+def test_missing_model_name(client: AppClient) -> None:
+    response = client.get("/v1/models")
+    assert response.status_code == 400
+    assert response.json() == {"error": "Missing model name in request."}
+
+
+def test_version_overflow(client: AppClient) -> None:
+    response = client.get("/v1/models/multi/versions/99999999999999999999")
+    assert response.status_code == 400
+    assert response.json() == {
+        "error": "Failed to convert version: 99999999999999999999 to numeric."
+    }
+
+
+def test_url_encoded_model_name(client: AppClient) -> None:
+    response = client.get("/v1/models/half%5Fplus%5Ftwo")
+    assert response.status_code == 200
+
+
+def test_status_with_label_lists_all_versions(client: AppClient) -> None:
+    body = client.get("/v1/models/multi/labels/stable").json()
+    assert [v["version"] for v in body["model_version_status"]] == ["2", "1"]
+
+
+def test_metadata_by_version_and_label(client: AppClient) -> None:
+    assert client.get("/v1/models/multi/versions/1/metadata").json()["model_spec"]["version"] == "1"
+    assert (
+        client.get("/v1/models/multi/labels/canary/metadata").json()["model_spec"]["version"] == "2"
+    )
+    response = client.get("/v1/models/nope/metadata")
+    assert response.status_code == 404
+    assert response.json() == {"error": "Servable not found for request: Latest(nope)"}
+
+
+def test_keras_metadata(client: AppClient) -> None:
+    body = client.get("/v1/models/keras_half_plus_two/metadata").json()
+    signature = body["metadata"]["signature_def"]["signature_def"]["serving_default"]
+    assert signature["inputs"]["x"]["tensor_shape"]["dim"] == [
+        {"size": "-1", "name": ""},
+        {"size": "1", "name": ""},
+    ]
+    assert list(signature["outputs"]) == ["output_0"]
+
+
+def test_two_inputs_row_and_columnar(client: AppClient) -> None:
+    response = client.post(
+        "/v1/models/two_inputs:predict",
+        json={"instances": [{"a": 1.0, "b": 2.0}, {"a": 3.0, "b": 4.0}]},
+    )
+    assert response.json() == {
+        "predictions": [{"product": 2.0, "sum": 3.0}, {"product": 12.0, "sum": 7.0}]
+    }
+    response = client.post(
+        "/v1/models/two_inputs:predict", json={"inputs": {"a": [1.0, 2.0], "b": [3.0, 4.0]}}
+    )
+    assert response.json() == {"outputs": {"product": [3.0, 8.0], "sum": [4.0, 6.0]}}
+
+
+def test_runtime_shape_mismatch_is_tensorflow_error(client: AppClient) -> None:
+    response = client.post(
+        "/v1/models/two_inputs:predict", json={"inputs": {"a": [1.0, 2.0], "b": [3.0, 4.0, 5.0]}}
+    )
+    assert response.status_code == 400
+    assert "Incompatible shapes" in response.json()["error"]
+
+
+def test_unknown_signature(client: AppClient) -> None:
+    response = client.post(
+        "/v1/models/half_plus_two:predict", json={"signature_name": "nope", "instances": [1.0]}
+    )
+    assert response.status_code == 400
+    assert response.json() == {"error": 'Serving signature name: "nope" not found in signature def'}
+
+
+def test_explicit_default_signature(client: AppClient) -> None:
+    response = client.post(
+        "/v1/models/half_plus_two:predict",
+        json={"signature_name": "serving_default", "instances": [2.0]},
+    )
+    assert response.json() == {"predictions": [3.0]}
+
+
+def test_non_finite_round_trip(client: AppClient) -> None:
+    response = client.post(
+        "/v1/models/half_plus_two:predict", content=b'{"instances": [NaN, Infinity, -Infinity]}'
+    )
+    assert response.status_code == 200
+    assert response.content == b'{"predictions":[NaN,Infinity,-Infinity]}'
+
+
+def test_body_is_not_an_object(client: AppClient) -> None:
+    response = client.post("/v1/models/half_plus_two:predict", content=b"[1]")
+    assert response.status_code == 400
+    assert response.json() == {"error": "JSON Value: [\n    1\n] Is not object"}
+
+
+def test_empty_body(client: AppClient) -> None:
+    response = client.post("/v1/models/half_plus_two:predict", content=b"")
+    assert response.status_code == 400
+    assert response.json() == {"error": "JSON Parse error: The document is empty"}
+
+
+def test_classify_and_regress(client: AppClient) -> None:
+    response = client.post("/v1/models/half_plus_two:classify", json={"examples": [{"x": 1.0}]})
+    assert response.status_code == 400
+    assert response.json() == {
+        "error": "Expected classification signature method_name to be "
+        "tensorflow/serving/classify. Was: tensorflow/serving/predict"
+    }
+    response = client.post("/v1/models/half_plus_two:regress", json={"signature_name": "x"})
+    assert response.status_code == 400
+    assert response.json() == {"error": "No signature was found with the name: x"}
+    response = client.post("/v1/models/nope:regress", json={})
+    assert response.status_code == 404
+
+
+def test_cors(manager: ServableManager, executor: BlockingExecutor) -> None:
+    app = create_app(Predictor(manager, executor), manager, enable_cors=True)
+    cors_client = AppClient(app)
+    response = cors_client.options("/v1/models/half_plus_two:predict")
+    assert response.status_code == 200
+    assert response.headers["access-control-allow-origin"] == "*"
+    response = cors_client.get("/v1/models/nope")
+    assert response.status_code == 404
+    assert response.headers["access-control-allow-methods"] == "POST, GET"
+
+
+def test_predict_core_runs_off_the_event_loop(
+    manager: ServableManager, executor: BlockingExecutor
+) -> None:
+    """The gRPC-facing core: numpy in, numpy out, Session.run on the executor's threads."""
+    predictor = Predictor(manager, executor)
+    seen: list[str] = []
+
+    async def call() -> None:
+        with manager.acquire(ModelSpec("half_plus_two")) as handle:
+            original = handle.servable.run
+
+            def spy(*args: object) -> object:
+                seen.append(threading.current_thread().name)
+                return original(*args)
+
+            handle.servable.run = spy
+            try:
+                request = PredictRequest(
+                    ModelSpec("half_plus_two"), {"x": np.array([1.0, 2.0], np.float32)}
+                )
+                response = await predictor.predict(request)
+            finally:
+                del handle.servable.run
+        assert response.model_spec == ModelSpec(
+            "half_plus_two", version=1, signature_name="serving_default"
+        )
+        np.testing.assert_array_equal(response.outputs["y"], [2.5, 3.0])
+
+    asyncio.run(call())
+    assert seen and seen[0].startswith("session-run")
+
+
+def test_servable_input_checks(manager: ServableManager) -> None:
+    from serving.errors import ServingError
+
+    with manager.acquire(ModelSpec("two_inputs")) as handle:
+        servable = handle.servable
+        with pytest.raises(ServingError) as info:
+            servable.run("", {"a": np.zeros(1, np.float32)})
+        assert info.value.message == (
+            "input size does not match signature: 1!=2 len({a}) != len({a,b}). "
+            "Sent extra: {}. Missing but required: {b}."
+        )
+        with pytest.raises(ServingError) as info:
+            servable.run("", {"a": np.zeros(1, np.float32), "c": np.zeros(1, np.float32)})
+        assert info.value.message.startswith("Signature input alias: b(feed name: b:0) not found")
+        with pytest.raises(ServingError, match="^output tensor alias not found in signature: z"):
+            servable.run("", {"a": np.zeros(1, np.float32), "b": np.zeros(1, np.float32)}, ["z"])
+        with pytest.raises(ServingError) as info:
+            servable.run("nope", {})
+        assert info.value.message == 'Serving signature key "nope" not found.'
+        name, outputs = servable.run(
+            "", {"a": np.ones(2, np.float32), "b": np.ones(2, np.float32)}, ["sum"]
+        )
+        assert name == "serving_default" and list(outputs) == ["sum"]
