@@ -1,0 +1,70 @@
+"""run-server.sh, the one-container mode: serving + gunicorn API supervised together."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+import httpx
+
+from tests.support import REPO, Proc, free_port, http_ok, wait_until
+
+
+def children_of(pid: int) -> set[int]:
+    """All descendants of pid (from /proc)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+                parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {p for p, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def test_run_server_serves_and_stops_cleanly(tmp_path: Path) -> None:
+    api_port, rest_port, grpc_port = free_port(), free_port(), free_port()
+    env = {
+        "MODELS_DIR": str(REPO / "models"),
+        "PYTHON": sys.executable,
+        "API_PORT": str(api_port),
+        "API_HOST": "127.0.0.1",
+        "REST_API_PORT": str(rest_port),
+        "GRPC_PORT": str(grpc_port),
+        "WEB_CONCURRENCY": "1",
+        "SERVING_ARGS": "--rest_api_host=127.0.0.1",
+    }
+    proc = Proc(["bash", str(REPO / "run-server.sh")], tmp_path / "run-server.log", env=env)
+    api = f"http://127.0.0.1:{api_port}"
+    try:
+        wait_until(lambda: "API ready" in proc.log() or not proc.alive(), 180, "run-server ready")
+        assert proc.alive(), proc.log()
+        assert http_ok(api + "/readyz")
+        body = (REPO / "examples" / "transaction.json").read_bytes()
+        r = httpx.post(
+            api + "/v1/fraud/score", content=body, headers={"content-type": "application/json"}
+        )
+        assert r.status_code == 200, r.text
+        assert 0.0 <= r.json()["fraud_score"] <= 1.0
+        descendants = children_of(proc.popen.pid)
+        assert len(descendants) >= 3  # serving, gunicorn master, >= 1 worker
+    finally:
+        code = proc.stop(timeout_s=60)
+    assert code == 0, proc.log()
+    alive = [p for p in descendants if Path(f"/proc/{p}").exists()]
+    assert not alive, f"left running: {alive}"
+    assert not http_ok(api + "/healthz")
+
+
+def test_run_server_fails_fast_on_a_missing_config(tmp_path: Path) -> None:
+    env = {"MODEL_CONFIG_FILE": str(tmp_path / "nope.config"), "PYTHON": sys.executable}
+    proc = Proc(["bash", str(REPO / "run-server.sh")], tmp_path / "log", env=env)
+    assert proc.popen.wait(30) != 0
+    assert "not found" in proc.log()
