@@ -6,7 +6,10 @@
 
 Flags are parsed and the config is read and validated before TensorFlow is imported, so a bad
 command line or config file fails in well under a second with one line on stderr and exit code 2
-(flags) or 1 (config, start-up). A clean shutdown on SIGTERM/SIGINT exits 0.
+(flags) or 1 (config, start-up). Version labels in the config fail here too unless
+``--allow_version_labels_for_unavailable_models`` is set, as in TF Serving (no version is
+AVAILABLE before start-up; see :mod:`serving.version_labels`). A clean shutdown on SIGTERM/SIGINT
+exits 0.
 """
 
 from __future__ import annotations
@@ -49,9 +52,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Until the server's event loop takes the signals over, SIGTERM just ends start-up.
     signal.signal(signal.SIGTERM, _exit_cleanly)
     from serving.config import load_config
+    from serving.version_labels import update_model_version_label_map
 
     try:
         config = load_config(options)
+        # ServerCore checks labels before loading anything: at start-up nothing is AVAILABLE yet.
+        update_model_version_label_map(
+            config,
+            available={},
+            current={},
+            allow_version_labels_for_unavailable_models=(
+                options.allow_version_labels_for_unavailable_models
+            ),
+        )
+        # The other config files too, before TensorFlow loads (the server reads them again).
+        from serving.batching import batching_options
+        from serving.metrics import prometheus_path
+
+        batching_options(options)
+        prometheus_path(options.monitoring_config_file)
     except ServingError as exc:
         _fail(exc.message)
         return 1

@@ -22,7 +22,10 @@ and a one-line message. The config protos import without TensorFlow, so this is 
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from google.protobuf import text_format
+from google.protobuf.message import Message
 from tensorflow_serving.config import model_server_config_pb2
 from tensorflow_serving.config.model_server_config_pb2 import ModelConfig, ModelServerConfig
 
@@ -35,8 +38,11 @@ __all__ = [
     "build_single_model_config",
     "load_config",
     "read_config_file",
+    "read_text_proto_file",
     "validate_config",
 ]
+
+MessageT = TypeVar("MessageT", bound=Message)
 
 #: ``kTensorFlowModelPlatform``: the only platform this server runs.
 TENSORFLOW_PLATFORM = "tensorflow"
@@ -60,6 +66,27 @@ def read_config_file(path: str) -> ModelServerConfig:
         raise _invalid(f"Could not read model config file '{path}': {reason}") from None
     try:
         return text_format.Parse(text, ModelServerConfig())
+    except text_format.ParseError as exc:
+        detail = " ".join(str(exc).split())
+        raise _invalid(f"Invalid protobuf file: '{path}': {detail}") from None
+
+
+def read_text_proto_file(path: str, message: MessageT, what: str) -> MessageT:
+    """Parse the text-format proto file at ``path`` into ``message`` (``ParseProtoTextFile``).
+
+    For the server's other config files (``--batching_parameters_file``,
+    ``--monitoring_config_file``); ``what`` names the file in errors. Raises
+    ``INVALID_ARGUMENT``: ``Could not read <what> file '<path>': <reason>`` or ``Invalid protobuf
+    file: '<path>': <parser detail>``.
+    """
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise _invalid(f"Could not read {what} file '{path}': {reason}") from None
+    try:
+        return text_format.Parse(text, message)
     except text_format.ParseError as exc:
         detail = " ".join(str(exc).split())
         raise _invalid(f"Invalid protobuf file: '{path}': {detail}") from None

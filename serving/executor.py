@@ -33,6 +33,15 @@ class BlockingExecutor:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
 
+    def submit(self, fn: Callable[_P, object], /, *args: _P.args, **kwargs: _P.kwargs) -> None:
+        """Run ``fn(*args, **kwargs)`` on the pool without awaiting it (fire and forget).
+
+        For callers that hand results back to the loop themselves
+        (``loop.call_soon_threadsafe``) and so skip the per-call asyncio future of :meth:`run`.
+        ``fn`` must handle its own exceptions: nothing looks at the pool's future.
+        """
+        self._pool.submit(fn, *args, **kwargs)
+
     def shutdown(self, wait: bool = True) -> None:
         """Stop accepting work; with ``wait``, block until running calls finish."""
         self._pool.shutdown(wait=wait, cancel_futures=not wait)

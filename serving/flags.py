@@ -9,8 +9,13 @@ Differences, on purpose:
 * ``--rest_api_host`` (extra): the REST bind address, default ``0.0.0.0`` like TF Serving.
 * ``--rest_api_port`` equal to ``--port`` is an error here (TF Serving logs it and skips REST).
 * ``--tensorflow_intra_op_parallelism`` / ``--tensorflow_inter_op_parallelism`` each fall back to
-  ``--tensorflow_session_parallelism`` when 0 (TF Serving uses them only when both are set).
-* Flags for features not built yet (batching, config polling, monitoring, TLS...) are accepted and
+  ``--tensorflow_session_parallelism`` when 0 (TF Serving uses them only when both are set), and
+  then to the CPUs the container may use (:func:`schedulable_cpus`: cgroup quota and affinity),
+  where TensorFlow would size its pools from the host's cores -- the usual oversubscription trap
+  of TF Serving in a CPU-limited container.
+* Defaults that TF Serving derives from the machine's CPUs (``--rest_api_num_threads``, the
+  batch threads) use :func:`schedulable_cpus` too.
+* Flags for features not built (platform config, GPU memory...) are accepted and
   stored so existing command lines keep working; :func:`unimplemented_flags` names the ones set.
 
 Parsing is pure (no TensorFlow import), so a bad flag fails in milliseconds. Errors are raised as
@@ -20,16 +25,19 @@ Parsing is pure (no TensorFlow import), so a bad flag fails in milliseconds. Err
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
+
+import cpu_quota
 
 __all__ = [
     "FlagError",
     "ServerOptions",
+    "grpc_channel_arguments",
     "parse_flags",
     "rest_api_num_threads",
     "saved_model_tags",
+    "schedulable_cpus",
     "session_threads",
     "unimplemented_flags",
 ]
@@ -39,13 +47,18 @@ class FlagError(Exception):
     """A bad command line; the message is one line."""
 
 
+def schedulable_cpus() -> int:
+    """TF Serving's ``NumSchedulableCPUs()`` / ``port::MaxParallelism()``, container-aware.
+
+    Whole CPUs this process may use: the affinity mask, capped by the cgroup CPU quota (v2
+    ``cpu.max``, v1 CFS quota/period) rounded up -- see :mod:`cpu_quota`.
+    """
+    return cpu_quota.available_cpus()
+
+
 def _default_num_threads() -> int:
     """TF Serving: ``4 * NumSchedulableCPUs()``."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cpus = os.cpu_count() or 1
-    return 4 * cpus
+    return 4 * schedulable_cpus()
 
 
 @dataclass(frozen=True)
@@ -53,13 +66,20 @@ class ServerOptions:
     """Every flag of the model server, with TF Serving's defaults."""
 
     port: int = 8500
-    """gRPC port (stored; the gRPC front end is added later on this port)."""
+    """gRPC port (PredictionService, ModelService); 0 disables the TCP listener."""
+    grpc_host: str = "0.0.0.0"
+    """gRPC bind address (extra flag; TF Serving always binds 0.0.0.0)."""
     grpc_socket_path: str = ""
-    """gRPC UNIX socket path (stored for the gRPC front end)."""
+    """Also serve gRPC on this UNIX socket (``unix:<path>``)."""
     grpc_channel_arguments: str = ""
-    """gRPC channel arguments ``key=value,...`` (stored for the gRPC front end)."""
+    """gRPC server arguments ``key=value,...`` (integers passed as ints), applied after the
+    defaults, e.g. ``grpc.max_receive_message_length=67108864`` to lower the INT_MAX limit."""
     grpc_max_threads: int = 0
-    """gRPC server thread cap (stored for the gRPC front end)."""
+    """Most RPCs handled at once; more get ``RESOURCE_EXHAUSTED`` as gRPC's thread quota gives
+    (0 = no cap; TF Serving's default is 4 x schedulable CPUs, threads that also run sessions)."""
+    grpc_response_tensor_content: bool = False
+    """Write numeric Predict outputs to ``tensor_content`` (TF Serving's ``kAsProtoContent``)
+    instead of the typed ``*_val`` fields (``kAsProtoField``, TF Serving's default); extra flag."""
     rest_api_port: int = 8501
     """HTTP/REST port; 0 disables the REST API."""
     rest_api_host: str = "0.0.0.0"
@@ -73,7 +93,7 @@ class ServerOptions:
     model_config_file: str = ""
     """A text-format ``ModelServerConfig``; when set, model_name/base_path are ignored."""
     model_config_file_poll_wait_seconds: int = 0
-    """Config reload interval (accepted; reloading is not implemented yet)."""
+    """Re-read ``--model_config_file`` and reload it every N seconds (0: read once, at start)."""
     model_name: str = "default"
     """The single model's name when serving from ``--model_base_path``."""
     model_base_path: str = ""
@@ -91,40 +111,36 @@ class ServerOptions:
     enable_signature_method_name_check: bool = False
     """Reject predict calls on signatures whose method_name is not predict/classify/regress."""
     enable_batching: bool = False
-    """Server-side batching (accepted; not implemented yet)."""
+    """Merge concurrent requests into batches (:mod:`serving.batching`)."""
     batching_parameters_file: str = ""
-    """BatchingParameters text proto (accepted; not implemented yet)."""
+    """``BatchingParameters`` text proto for ``--enable_batching`` (default: TF Serving's)."""
     enable_model_warmup: bool = True
-    """Replay ``assets.extra/tf_serving_warmup_requests`` (accepted; not implemented yet)."""
+    """Replay ``assets.extra/tf_serving_warmup_requests`` before a version becomes AVAILABLE."""
+    num_request_iterations_for_warmup: int = 0
+    """Times each warmup record is replayed (used when > 0; otherwise once)."""
     file_system_poll_wait_seconds: int = 1
-    """Version directory polling interval (accepted; versions are read once at start-up for now)."""
+    """Seconds between polls of each base path for version directories (0: poll once)."""
     max_num_load_retries: int = 5
-    """Load retries (accepted; a failed load is not retried yet)."""
+    """Retries of a failed version load before it is END with the error (0: one attempt)."""
     load_retry_interval_micros: int = 60_000_000
-    """Delay between load retries (accepted)."""
+    """Wait between load retries, in microseconds (negative: no wait)."""
     num_load_threads: int = 0
-    """Model-loading threads (accepted; versions load one at a time for now)."""
+    """Threads loading versions concurrently (0 or 1: one at a time)."""
     monitoring_config_file: str = ""
-    """MonitoringConfig text proto (accepted; metrics are not implemented yet)."""
+    """``MonitoringConfig`` text proto: serve Prometheus metrics on the REST port
+    (:mod:`serving.metrics`)."""
     platform_config_file: str = ""
     """PlatformConfigMap text proto (accepted; only the ``tensorflow`` platform exists)."""
     per_process_gpu_memory_fraction: float = 0.0
     """GPU memory fraction (accepted; CPU only)."""
     ssl_config_file: str = ""
-    """SSLConfig text proto for gRPC (accepted; stored for the gRPC front end)."""
+    """``SSLConfig`` text proto: serve gRPC over TLS (see :mod:`serving.grpc_service`)."""
     version: bool = False
     """Print the version and exit."""
 
 
 # Flags whose non-default values change nothing yet (warned about at start-up).
 _UNIMPLEMENTED = (
-    "model_config_file_poll_wait_seconds",
-    "enable_batching",
-    "batching_parameters_file",
-    "max_num_load_retries",
-    "load_retry_interval_micros",
-    "num_load_threads",
-    "monitoring_config_file",
     "platform_config_file",
     "per_process_gpu_memory_fraction",
 )
@@ -179,6 +195,9 @@ def parse_flags(argv: Sequence[str]) -> ServerOptions:
         value = getattr(options, name)
         if not 0 <= value <= 65535:
             raise FlagError(f"--{name}={value} is not a valid port")
+    if options.grpc_max_threads < 0:
+        raise FlagError("--grpc_max_threads must be >= 0")
+    grpc_channel_arguments(options)  # raises FlagError for a malformed list
     if options.rest_api_port and options.rest_api_port == options.port:
         raise FlagError(
             "--rest_api_port cannot be same as --port. "
@@ -207,9 +226,40 @@ def rest_api_num_threads(options: ServerOptions) -> int:
     return options.rest_api_num_threads or _default_num_threads()
 
 
+def grpc_channel_arguments(options: ServerOptions) -> list[tuple[str, int | str]]:
+    """``--grpc_channel_arguments`` as gRPC options: ``parseGrpcChannelArgs`` of TF Serving's
+    server.cc -- split on ``,`` then on the first ``=``; a value that parses as a 32-bit integer
+    is passed as an int, anything else as a string. Empty items are skipped.
+
+    Raises :class:`FlagError` for an item without ``=`` or with an empty key (TF Serving
+    crashes on those).
+    """
+    arguments: list[tuple[str, int | str]] = []
+    for item in options.grpc_channel_arguments.split(","):
+        if not item.strip():
+            continue
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise FlagError(f"--grpc_channel_arguments: expected key=value, got {item!r}")
+        value = value.strip()
+        try:
+            number = int(value)
+        except ValueError:
+            arguments.append((key, value))
+            continue
+        arguments.append((key, number) if -(2**31) <= number < 2**31 else (key, value))
+    return arguments
+
+
 def session_threads(options: ServerOptions) -> tuple[int, int]:
-    """(intra_op, inter_op) thread-pool sizes for every Session; 0 lets TensorFlow choose."""
-    fallback = options.tensorflow_session_parallelism
+    """(intra_op, inter_op) thread-pool sizes for every Session.
+
+    Each is its own flag, else ``--tensorflow_session_parallelism``, else
+    :func:`schedulable_cpus` -- never 0, which would let TensorFlow size both pools from the
+    host's cores whatever the container's CPU quota.
+    """
+    fallback = options.tensorflow_session_parallelism or schedulable_cpus()
     return (
         options.tensorflow_intra_op_parallelism or fallback,
         options.tensorflow_inter_op_parallelism or fallback,

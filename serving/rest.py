@@ -18,15 +18,16 @@ message.
 
 Every error is ``{"error": "<message>"}`` with the HTTP status of
 :data:`serving.errors.HTTP_STATUS`, produced by one exception handler. Every response is
-``application/json``. ``:classify`` / ``:regress`` parse the body and resolve the model and
-signature like TF Serving, reject a signature of another method with TF Serving's message, and
-answer ``501`` (``UNIMPLEMENTED``) otherwise -- Example-based inference comes later.
+``application/json``. ``:classify`` / ``:regress`` take tf.Examples as JSON
+(:mod:`serving.json_example`, where the traps are listed -- notably the ``"results"`` key) and run
+on :class:`~serving.classify_regress.InferenceRunner`; like TF Serving, the body is parsed before
+the model is looked up, so a malformed body is a 400 even for an unknown model.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from urllib.parse import unquote
 
 import orjson
@@ -35,8 +36,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from serving import json_tensor, metadata
-from serving.apis import DEFAULT_SIGNATURE, ModelSpec, PredictRequest
+from serving import json_example, json_tensor, metadata, metrics
+from serving.apis import ModelSpec, PredictRequest
+from serving.classify_regress import ExampleRequest, InferenceRunner
 from serving.errors import Code, ServingError, from_exception
 from serving.manager import ServableManager
 from serving.predict import Predictor
@@ -60,7 +62,6 @@ _CORS_HEADERS: Mapping[str, str] = {
     "Access-Control-Allow-Methods": "POST, GET",
     "Access-Control-Allow-Headers": "Content-Type",
 }
-_METHOD_NAMES = {"classify": "tensorflow/serving/classify", "regress": "tensorflow/serving/regress"}
 _ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"]
 
 
@@ -68,15 +69,20 @@ def create_app(
     predictor: Predictor,
     manager: ServableManager,
     *,
+    inference: InferenceRunner,
     timeout_ms: int | None = None,
     enable_cors: bool = False,
+    prometheus: tuple[str, Callable[[], bytes]] | None = None,
 ) -> Starlette:
-    """The REST API over ``predictor`` and ``manager``.
+    """The REST API over ``predictor`` (predict), ``inference`` (classify, regress) and
+    ``manager`` (status, metadata).
 
     ``timeout_ms`` bounds each ``Session.run`` (``--rest_api_timeout_in_ms``); ``enable_cors``
     adds TF Serving's CORS headers to every response and answers ``OPTIONS`` pre-flights.
+    ``prometheus`` = ``(path, render)`` answers ``GET <path>`` with ``render()``, Prometheus text
+    (``--monitoring_config_file``; :mod:`serving.metrics`), as TF Serving's HTTP server does.
     """
-    handler = _RestApiHandler(predictor, manager, timeout_ms, enable_cors)
+    handler = _RestApiHandler(predictor, inference, manager, timeout_ms, enable_cors)
     headers = dict(_CORS_HEADERS) if enable_cors else {}
 
     async def on_serving_error(request: Request, exc: Exception) -> Response:
@@ -87,8 +93,16 @@ def create_app(
         # Starlette re-raises after this response is sent, so the server logs the traceback.
         return _json_response(_error_body(f"Internal error: {exc}"), 500, headers)
 
+    routes = [Route("/{path:path}", handler.handle, methods=_ALL_METHODS)]
+    if prometheus is not None:
+        path, render = prometheus
+
+        async def metrics_page(request: Request) -> Response:
+            return Response(render(), media_type=metrics.CONTENT_TYPE, headers=dict(headers))
+
+        routes.insert(0, Route(path, metrics_page, methods=["GET"]))
     return Starlette(
-        routes=[Route("/{path:path}", handler.handle, methods=_ALL_METHODS)],
+        routes=routes,
         exception_handlers={ServingError: on_serving_error, Exception: on_unexpected_error},
     )
 
@@ -111,11 +125,13 @@ class _RestApiHandler:
     def __init__(
         self,
         predictor: Predictor,
+        inference: InferenceRunner,
         manager: ServableManager,
         timeout_ms: int | None,
         enable_cors: bool,
     ) -> None:
         self._predictor = predictor
+        self._inference = inference
         self._manager = manager
         self._timeout_ms = timeout_ms if timeout_ms and timeout_ms > 0 else None
         self._headers: Mapping[str, str] = dict(_CORS_HEADERS) if enable_cors else {}
@@ -135,8 +151,10 @@ class _RestApiHandler:
             verb = match.group(4)
             if verb == "predict":
                 return await self._predict(spec, await request.body())
-            if verb in _METHOD_NAMES:
-                return self._classify_or_regress(verb, spec, await request.body())
+            if verb == "classify":
+                return await self._classify(spec, await request.body())
+            if verb == "regress":
+                return await self._regress(spec, await request.body())
         elif method == "GET" and (match := _MODEL_STATUS_API.fullmatch(path)):
             spec = _model_spec(match.group(1) or "", match.group(2), match.group(3))
             if not spec.name:
@@ -163,26 +181,26 @@ class _RestApiHandler:
         )
         return self._ok(json_tensor.encode_predict_outputs(response.outputs, fmt))
 
-    def _classify_or_regress(self, verb: str, spec: ModelSpec, body: bytes) -> Response:
-        """Resolve as ``Classify``/``Regress`` would; the inference itself is not built yet."""
-        doc = json_tensor.parse_json(body)
-        signature = json_tensor.signature_name(doc) or DEFAULT_SIGNATURE
-        lookup = ModelSpec(spec.name, spec.version, spec.version_label)
-        with self._manager.acquire(lookup) as handle:
-            signature_def = handle.servable.signature_defs.get(signature)
-        if signature_def is None:
-            raise ServingError(
-                Code.INVALID_ARGUMENT, f"No signature was found with the name: {signature}"
-            )
-        expected = _METHOD_NAMES[verb]
-        if signature_def.method_name != expected:
-            kind = "classification" if verb == "classify" else "regression"
-            raise ServingError(
-                Code.INVALID_ARGUMENT,
-                f"Expected {kind} signature method_name to be {expected}. "
-                f"Was: {signature_def.method_name}",
-            )
-        raise ServingError(Code.UNIMPLEMENTED, f"The {verb} API is not implemented yet.")
+    async def _classify(self, spec: ModelSpec, body: bytes) -> Response:
+        """``ProcessClassifyRequest``: JSON -> tf.Examples, classify, JSON."""
+        response = await self._inference.classify(
+            _example_request(spec, body), timeout_ms=self._timeout_ms
+        )
+        return self._ok(json_example.encode_classification_result(response.result))
+
+    async def _regress(self, spec: ModelSpec, body: bytes) -> Response:
+        """``ProcessRegressRequest``: JSON -> tf.Examples, regress, JSON."""
+        response = await self._inference.regress(
+            _example_request(spec, body), timeout_ms=self._timeout_ms
+        )
+        return self._ok(json_example.encode_regression_result(response.values))
+
+
+def _example_request(spec: ModelSpec, body: bytes) -> ExampleRequest:
+    """``FillClassificationRequestFromJson`` / ``FillRegressionRequestFromJson``."""
+    signature, examples = json_example.decode_example_request(body)
+    model_spec = ModelSpec(spec.name, spec.version, spec.version_label, signature)
+    return ExampleRequest(model_spec, examples)
 
 
 def _model_spec(name: str, version: str | None, label: str | None) -> ModelSpec:

@@ -23,6 +23,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -34,7 +35,7 @@ from tensorflow.core.protobuf.meta_graph_pb2 import SignatureDef
 from serving.apis import DEFAULT_SIGNATURE
 from serving.errors import Code, ServingError, from_exception
 
-__all__ = ["Servable"]
+__all__ = ["PredictRun", "Servable"]
 
 _log = logging.getLogger(__name__)
 
@@ -53,12 +54,44 @@ def _silence_deprecation() -> contextlib.AbstractContextManager[Any]:
     return silence
 
 
+@dataclass(frozen=True)
+class PredictRun:
+    """One checked Predict call, in Session terms (:meth:`Servable.prepare_predict`).
+
+    ``feeds`` maps graph tensor names to the request's arrays (signature defaults included),
+    ``fetches`` are the output tensor names to fetch and ``output_aliases`` their signature
+    aliases, in the same order.
+    """
+
+    signature_name: str
+    feeds: dict[str, np.ndarray]
+    fetches: tuple[str, ...]
+    output_aliases: tuple[str, ...]
+
+    def outputs(self, values: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
+        """``{output alias: array}`` from the fetched ``values`` (``UNKNOWN`` if they miscount)."""
+        if len(values) != len(self.output_aliases):
+            raise ServingError(Code.UNKNOWN, "Predict internal error")
+        return dict(zip(self.output_aliases, values, strict=True))
+
+
 class Servable:
     """A SavedModel version loaded into its own Session. Thread-safe; close it once unused."""
 
-    def __init__(self, path: str, session: tf.compat.v1.Session, meta_graph: Any, *,
-                 method_name_check: bool = False) -> None:  # fmt: skip
+    def __init__(
+        self,
+        path: str,
+        session: tf.compat.v1.Session,
+        meta_graph: Any,
+        *,
+        method_name_check: bool = False,
+        run_in_caller_thread: bool = False,
+    ) -> None:
         self.path = path
+        # RunOptions.inter_op_thread_pool = -1: ops run on the thread calling Session.run instead
+        # of being handed to the inter-op pool and back -- two context switches saved per run,
+        # the bulk of a small model's cost. Used when that pool has one thread anyway.
+        self._run_in_caller_thread = run_in_caller_thread
         self._session = session
         self._signatures: Mapping[str, SignatureDef] = dict(meta_graph.signature_def)
         self._defaults = {
@@ -83,7 +116,8 @@ class Servable:
         """Load the SavedModel at ``path`` (a version directory).
 
         ``intra_op_threads`` / ``inter_op_threads`` size the Session's thread pools (0 lets
-        TensorFlow choose). Raises :class:`ServingError`: ``NOT_FOUND`` ``Could not find SavedModel
+        TensorFlow choose); with ``inter_op_threads=1`` every run executes on its calling thread
+        (``RunOptions.inter_op_thread_pool = -1``). Raises :class:`ServingError`: ``NOT_FOUND`` ``Could not find SavedModel
         .pb or .pbtxt at supplied export directory path: <path>`` or for a missing tag-set;
         TensorFlow's own code and message for anything else.
         """
@@ -105,7 +139,13 @@ class Servable:
         try:
             with _silence_deprecation():
                 meta_graph = tf.compat.v1.saved_model.loader.load(session, list(tags), path)
-            servable = cls(path, session, meta_graph, method_name_check=method_name_check)
+            servable = cls(
+                path,
+                session,
+                meta_graph,
+                method_name_check=method_name_check,
+                run_in_caller_thread=inter_op_threads == 1,
+            )
         except Exception as exc:
             session.close()
             if isinstance(exc, RuntimeError) and "tags" in str(exc):
@@ -162,6 +202,22 @@ class Servable:
         * whatever ``Session.run`` returns (``INVALID_ARGUMENT`` for shape/dtype mismatches,
           ``DEADLINE_EXCEEDED`` past ``timeout_ms``), message unchanged.
         """
+        run = self.prepare_predict(signature_name, inputs, output_filter)
+        values = self.run_tensors(run.feeds, run.fetches, timeout_ms)
+        return run.signature_name, run.outputs(values)
+
+    def prepare_predict(
+        self,
+        signature_name: str,
+        inputs: Mapping[str, np.ndarray],
+        output_filter: Iterable[str] = (),
+    ) -> PredictRun:
+        """The checks of :meth:`run`, without running: what to feed and fetch. Not blocking.
+
+        ``PreProcessPrediction`` of predict_util.cc: resolves the signature, checks the inputs and
+        the output filter (same errors as :meth:`run`) and maps aliases to tensor names. A
+        batching layer runs this per request, then :meth:`run_tensors` once per batch.
+        """
         name = signature_name or DEFAULT_SIGNATURE
         signature = self._signatures.get(name)
         if signature is None:
@@ -179,16 +235,28 @@ class Servable:
             )
         feed_names, feed_values = self._feeds(name, signature, inputs)
         aliases, fetch_names = _fetches(signature, output_filter)
-        runner = self._callable(feed_names, fetch_names, timeout_ms)
+        feeds = dict(zip(feed_names, feed_values, strict=True))
+        return PredictRun(name, feeds, fetch_names, tuple(aliases))
+
+    def run_tensors(
+        self,
+        feeds: Mapping[str, np.ndarray],
+        fetches: Sequence[str],
+        timeout_ms: int | None = None,
+    ) -> list[np.ndarray]:
+        """``Session::Run`` on graph tensor names, no signature checks. Blocking.
+
+        What Classify/Regress/MultiInference use (``PerformOneShotTensorComputation``: the
+        serialized Examples fed to the signature's input tensor). Returns the fetched values in
+        ``fetches`` order; TensorFlow's errors are raised as :class:`ServingError`, unchanged.
+        """
+        names = tuple(feeds)
         try:
-            values = runner(*feed_values)
+            runner = self._callable(names, tuple(fetches), timeout_ms)
+            values = runner(*(feeds[name] for name in names))
         except Exception as exc:  # noqa: BLE001 - OpError and feed conversion errors, translated
             raise from_exception(exc) from None
-        if len(values) != len(aliases):
-            raise ServingError(Code.UNKNOWN, "Predict internal error")
-        return name, {
-            alias: np.asarray(value) for alias, value in zip(aliases, values, strict=True)
-        }
+        return [np.asarray(value) for value in values]
 
     def _feeds(
         self, name: str, signature: SignatureDef, inputs: Mapping[str, np.ndarray]
@@ -246,6 +314,8 @@ class Servable:
                     options = config_pb2.CallableOptions(feed=feeds, fetch=fetches)
                     if timeout_ms and timeout_ms > 0:
                         options.run_options.timeout_in_ms = timeout_ms
+                    if self._run_in_caller_thread:
+                        options.run_options.inter_op_thread_pool = -1
                     # Session.make_callable() with a feed list falls back to Session.run() and its
                     # Python-side shape checks; the CallableOptions form is the C++ MakeCallable.
                     runner = self._session._make_callable_from_options(options)

@@ -3,17 +3,22 @@
 Start-up, in TF Serving's order where it matters:
 
 1. log the Session thread-pool sizes and flags that are accepted but not implemented yet;
-2. read each model's versions (:meth:`ServableManager.aspire`): aspired versions are ``START``;
-3. bind the REST socket (a busy port fails here, before any model is loaded) and start serving:
-   status answers ``START``/``LOADING`` until a version is ``AVAILABLE`` -- the API's readiness
-   check polls ``GET /v1/models/{name}`` -- and predictions get ``Servable not found``;
-4. load the versions on a dedicated thread, then log which versions are available.
+2. apply the config (:meth:`ServableManager.aspire`): labels are checked, each model's version
+   directories are read, and its aspired versions are ``START``;
+3. bind the REST socket and the gRPC port (a busy port fails here, before any model is loaded)
+   and start serving: status answers ``START``/``LOADING`` until a version is ``AVAILABLE`` --
+   the API's readiness check polls ``GET /v1/models/{name}`` -- and predictions get ``Servable
+   not found``;
+4. start the manager -- loads (with warmup), retries, the file-system poll that picks up new
+   versions and drops old ones, and the ``--model_config_file_poll_wait_seconds`` reloads -- and
+   log which versions are available once the initial loads are done.
 
-The front ends run as tasks on one asyncio loop, so the gRPC front end (``grpc.aio`` on
-``--port``, next) is one more entry in ``front_ends`` calling the same
-:class:`~serving.predict.Predictor`. Signals are owned here, not by uvicorn: on SIGTERM/SIGINT every
-front end stops accepting and finishes its in-flight requests, loading stops after the current
-version, the versions are unloaded, and :func:`run` returns 0. A second signal forces the exit.
+The front ends (:class:`FrontEnd`: REST on uvicorn, gRPC on ``grpc.aio``) run as tasks on one
+asyncio loop and call the same cores (:class:`~serving.predict.Predictor`,
+:class:`~serving.classify_regress.InferenceRunner`). Signals are owned here, not by uvicorn: on
+SIGTERM/SIGINT every front end stops accepting and finishes its in-flight requests, loading stops
+after the current version, the versions are unloaded, and :func:`run` returns 0. A second signal
+forces the exit.
 """
 
 from __future__ import annotations
@@ -25,21 +30,32 @@ import logging
 import signal
 import socket
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import uvicorn
 
-from serving import flags
+from serving import batching, flags, warmup
+from serving.classify_regress import InferenceRunner
 from serving.config import ModelServerConfig
+from serving.config_reloader import ModelConfigFilePoller
 from serving.errors import Code, ServingError
 from serving.executor import BlockingExecutor
 from serving.flags import ServerOptions
+from serving.grpc_service import GrpcServer, ModelService, PredictionService
 from serving.manager import ServableManager
+from serving.metrics import (
+    MonitoredPredictor,
+    MonitoredSession,
+    ServingMetrics,
+    instrument_loader,
+    prometheus_path,
+)
 from serving.predict import Predictor
 from serving.rest import create_app
 from serving.servable import Servable
+from serving.session import DirectSession, Session
 
-__all__ = ["run", "serve"]
+__all__ = ["FrontEnd", "run", "serve"]
 
 _log = logging.getLogger(__name__)
 
@@ -53,18 +69,23 @@ def run(options: ServerOptions, config: ModelServerConfig) -> int:
         import uvloop
     except ImportError:  # pragma: no cover
         return asyncio.run(serve(options, config))
-    # uvloop serves HTTP faster; grpc.aio on uvloop must be checked when the gRPC front end lands.
+    # uvloop serves HTTP faster; grpc.aio runs on it too (its poller wakes the loop thread-safely).
     return uvloop.run(serve(options, config))
 
 
 async def serve(options: ServerOptions, config: ModelServerConfig) -> int:
     """The server's whole life inside the running event loop."""
+    # The other config files first: a bad one fails start-up before anything is loaded.
+    batching_options = batching.batching_options(options)
+    metrics_path = prometheus_path(options.monitoring_config_file)
+    metrics = ServingMetrics()
     intra_op, inter_op = flags.session_threads(options)
     _log.info(
         "TensorFlow Session thread pools: intra_op_parallelism_threads=%d "
-        "inter_op_parallelism_threads=%d (0 = TensorFlow's default)",
+        "inter_op_parallelism_threads=%d (schedulable CPUs under the container's quota: %d)",
         intra_op,
         inter_op,
+        flags.schedulable_cpus(),
     )
     for name in flags.unimplemented_flags(options):
         _log.warning("--%s is accepted but not implemented yet; it has no effect", name)
@@ -76,30 +97,81 @@ async def serve(options: ServerOptions, config: ModelServerConfig) -> int:
         inter_op_threads=inter_op,
         method_name_check=options.enable_signature_method_name_check,
     )
+    loader = instrument_loader(loader, metrics)
+    if options.enable_model_warmup:
+        loader = functools.partial(
+            warmup.load_with_warmup,
+            loader,
+            num_request_iterations=options.num_request_iterations_for_warmup,
+        )
     manager = ServableManager(
         loader,
         allow_version_labels_for_unavailable_models=(
             options.allow_version_labels_for_unavailable_models
         ),
+        file_system_poll_wait_seconds=options.file_system_poll_wait_seconds,
+        max_num_load_retries=options.max_num_load_retries,
+        load_retry_interval_s=max(0, options.load_retry_interval_micros) / 1e6,
+        num_load_threads=options.num_load_threads,
     )
     manager.aspire(config)
+    config_poller = None
+    if options.model_config_file and options.model_config_file_poll_wait_seconds > 0:
+        config_poller = ModelConfigFilePoller(
+            options.model_config_file, manager, options.model_config_file_poll_wait_seconds
+        )
     request_executor = BlockingExecutor(flags.rest_api_num_threads(options), "session-run")
-    load_executor = BlockingExecutor(1, "servable-load")
-    predictor = Predictor(manager, request_executor)
+    # Waits on the manager (initial load, config reloads, unloading); the loads themselves run
+    # on the manager's own threads. Two, so a reload is not queued behind the initial load.
+    load_executor = BlockingExecutor(2, "servable-load")
+    session: Session = DirectSession(request_executor)
+    batch_executor = None
+    if batching_options is not None:
+        _log.info("Batching: %s", batching_options.describe())
+        batch_executor = BlockingExecutor(
+            batching_options.num_batch_threads, batching_options.thread_pool_name
+        )
+        session = batching.BatchingSession(batching_options, batch_executor, metrics)
+    predictor = Predictor(
+        manager, request_executor, session=MonitoredSession(session, metrics, api="Predict")
+    )
 
-    front_ends: list[_RestServer] = []
+    inference = InferenceRunner(
+        manager,
+        request_executor,
+        session=session,  # batched like Predict with --enable_batching
+        method_name_check=options.enable_signature_method_name_check,
+    )
+
+    front_ends: list[FrontEnd] = []
     if options.rest_api_port:
+        if metrics_path is not None:
+            _log.info("Exporting Prometheus metrics at %s on the REST port", metrics_path)
         app = create_app(
-            predictor,
+            MonitoredPredictor(predictor, metrics, entrypoint="REST", api="predict"),
             manager,
+            inference=inference,
             timeout_ms=options.rest_api_timeout_in_ms,
             enable_cors=options.rest_api_enable_cors_support,
+            prometheus=(metrics_path, metrics.render) if metrics_path is not None else None,
         )
         sock = _bind(options.rest_api_host, options.rest_api_port)
         front_ends.append(_RestServer(app, sock))
-    # The gRPC front end (grpc.aio on options.port, options.grpc_socket_path) is appended here.
+    if options.port or options.grpc_socket_path:
+        prediction_service = PredictionService(
+            MonitoredPredictor(predictor, metrics, entrypoint="GRPC", api="Predict"),
+            inference,
+            manager,
+            response_tensor_content=options.grpc_response_tensor_content,
+        )
+        model_service = ModelService(
+            manager, functools.partial(load_executor.run, manager.reload_config)
+        )
+        front_ends.append(GrpcServer(options, prediction_service, model_service))
+    if metrics_path is not None and not options.rest_api_port:
+        _log.warning("--monitoring_config_file: metrics are served on the REST port, which is off")
     if not front_ends:
-        _log.warning("No front end enabled (--rest_api_port=0 and no gRPC yet); only loading")
+        _log.warning("No front end enabled (--rest_api_port=0 and --port=0); only loading")
 
     stop = asyncio.Event()
     with _signals_set(stop, front_ends):
@@ -107,6 +179,8 @@ async def serve(options: ServerOptions, config: ModelServerConfig) -> int:
             await front_end.start()
         loading = asyncio.ensure_future(load_executor.run(manager.load_aspired))
         loading.add_done_callback(functools.partial(_log_loaded, manager))
+        if config_poller is not None:
+            config_poller.start()
         stopped = asyncio.ensure_future(stop.wait())
         waiters: list[asyncio.Future[Any]] = [stopped]
         waiters += [fe.task for fe in front_ends if fe.task is not None]
@@ -114,13 +188,19 @@ async def serve(options: ServerOptions, config: ModelServerConfig) -> int:
         crashed = not stop.is_set()
         stopped.cancel()
         _log.info("Shutting down: draining in-flight requests")
+        if config_poller is not None:
+            config_poller.stop(timeout_s=0)  # no new reloads; one under way ends below
         manager.stop_loading()
         for front_end in front_ends:
             await front_end.stop()
         with contextlib.suppress(Exception):
             await loading
+        if config_poller is not None:
+            await load_executor.run(config_poller.stop)
         await load_executor.run(manager.unload_all, 30.0)
     request_executor.shutdown()
+    if batch_executor is not None:
+        batch_executor.shutdown()
     load_executor.shutdown()
     _log.info("Server stopped")
     return 1 if crashed else 0
@@ -139,8 +219,24 @@ def _log_loaded(manager: ServableManager, loading: asyncio.Future[Any]) -> None:
             _log.warning("Model %s: no version available", name)
 
 
+class FrontEnd(Protocol):
+    """A protocol front end (REST, gRPC) as the server drives it."""
+
+    task: asyncio.Future[Any] | None
+    """Done when the front end stopped (or crashed); ``None`` before :meth:`start`."""
+
+    async def start(self) -> None:
+        """Start serving on the already bound sockets."""
+
+    async def stop(self) -> None:
+        """Stop accepting, finish in-flight requests."""
+
+    def force(self) -> None:
+        """Drop in-flight requests now (a second signal)."""
+
+
 @contextlib.contextmanager
-def _signals_set(stop: asyncio.Event, front_ends: list[_RestServer]) -> Iterator[None]:
+def _signals_set(stop: asyncio.Event, front_ends: list[FrontEnd]) -> Iterator[None]:
     """SIGTERM/SIGINT: first one stops gracefully, a second one forces the front ends down."""
     loop = asyncio.get_running_loop()
 

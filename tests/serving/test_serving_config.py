@@ -79,7 +79,8 @@ def test_rest_port_zero_disables_rest_and_may_equal_nothing() -> None:
 
 
 def test_session_threads_fall_back_to_session_parallelism() -> None:
-    assert flags.session_threads(ServerOptions()) == (0, 0)
+    cpus = flags.schedulable_cpus()  # unset: the container's CPUs, not TensorFlow's host default
+    assert flags.session_threads(ServerOptions()) == (cpus, cpus)
     assert flags.session_threads(ServerOptions(tensorflow_session_parallelism=3)) == (3, 3)
     options = ServerOptions(tensorflow_intra_op_parallelism=1, tensorflow_session_parallelism=4)
     assert flags.session_threads(options) == (1, 4)
@@ -88,8 +89,10 @@ def test_session_threads_fall_back_to_session_parallelism() -> None:
 
 
 def test_unimplemented_flags_are_reported() -> None:
-    options = parse_flags(["--enable_batching", "--model_base_path=/m"])
-    assert flags.unimplemented_flags(options) == ["enable_batching"]
+    options = parse_flags(["--platform_config_file=/p", "--model_base_path=/m"])
+    assert flags.unimplemented_flags(options) == ["platform_config_file"]
+    batching = parse_flags(["--enable_batching", "--monitoring_config_file=/m", "--model_base_path=/m"])
+    assert flags.unimplemented_flags(batching) == []  # implemented: serving.batching, .metrics
     assert flags.unimplemented_flags(ServerOptions()) == []
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -48,11 +49,13 @@ def make_config(root: Path, extra: str = "") -> ModelServerConfig:
 
 
 @pytest.fixture
-def manager(tmp_path: Path) -> ServableManager:
+def manager(tmp_path: Path) -> Iterator[ServableManager]:
     make_tree(tmp_path, {"m": [1, 2], "broken": [4]})
-    manager = ServableManager(fake_loader)
+    # The config labels version 1 before it is loaded: TF Serving needs this flag for that.
+    manager = ServableManager(fake_loader, allow_version_labels_for_unavailable_models=True)
     manager.aspire(make_config(tmp_path))
-    return manager
+    yield manager
+    manager.unload_all()
 
 
 def test_aspired_versions_start(manager: ServableManager) -> None:
@@ -116,9 +119,20 @@ def test_nothing_is_available_before_loading(manager: ServableManager) -> None:
         manager.acquire(ModelSpec("m")),
     ):
         pass
+    # The label is installed with the config; its version is not loaded yet.
     with (
         pytest.raises(ServingError) as info,
         manager.acquire(ModelSpec("m", version_label="stable")),
+    ):
+        pass
+    assert info.value.code is Code.NOT_FOUND
+    assert info.value.message == "Servable not found for request: Specific(m, 1)"
+
+
+def test_labels_before_any_config_are_unavailable() -> None:
+    with (
+        pytest.raises(ServingError) as info,
+        ServableManager(fake_loader).acquire(ModelSpec("m", version_label="stable")),
     ):
         pass
     assert info.value.code is Code.UNAVAILABLE
@@ -128,13 +142,13 @@ def test_nothing_is_available_before_loading(manager: ServableManager) -> None:
 def test_label_on_unavailable_version_is_refused(tmp_path: Path) -> None:
     make_tree(tmp_path, {"m": [1, 2], "broken": [4]})
     manager = ServableManager(fake_loader)
-    manager.aspire(make_config(tmp_path, 'version_labels { key: "ghost" value: 7 }'))
-    manager.load_aspired()
-    with (
-        pytest.raises(ServingError, match="Unrecognized servable version label: ghost"),
-        manager.acquire(ModelSpec("m", version_label="ghost")),
-    ):
-        pass
+    with pytest.raises(ServingError) as info:
+        manager.aspire(make_config(tmp_path, 'version_labels { key: "ghost" value: 7 }'))
+    assert info.value.code is Code.FAILED_PRECONDITION
+    assert info.value.message == (
+        "Request to assign label to version 7 of model m, which is not currently available "
+        "for inference"
+    )
     allowing = ServableManager(fake_loader, allow_version_labels_for_unavailable_models=True)
     allowing.aspire(make_config(tmp_path, 'version_labels { key: "ghost" value: 7 }'))
     allowing.load_aspired()

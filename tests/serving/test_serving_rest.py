@@ -16,6 +16,7 @@ from serving_testlib import models_config_text
 from starlette.types import ASGIApp
 
 from serving.apis import ModelSpec, PredictRequest
+from serving.classify_regress import InferenceRunner
 from serving.config import ModelServerConfig
 from serving.executor import BlockingExecutor
 from serving.manager import ServableManager
@@ -53,7 +54,9 @@ def manager(serving_model_dir: Path) -> Iterator[ServableManager]:
 
     config = text_format.Parse(models_config_text(serving_model_dir), ModelServerConfig())
     manager = ServableManager(
-        functools.partial(Servable.load, intra_op_threads=1, inter_op_threads=1)
+        functools.partial(Servable.load, intra_op_threads=1, inter_op_threads=1),
+        # models_config_text labels versions of "multi" that are not loaded yet at start-up.
+        allow_version_labels_for_unavailable_models=True,
     )
     manager.aspire(config)
     manager.load_aspired()
@@ -70,7 +73,10 @@ def executor() -> Iterator[BlockingExecutor]:
 
 @pytest.fixture(scope="module")
 def client(manager: ServableManager, executor: BlockingExecutor) -> Iterator[AppClient]:
-    yield AppClient(create_app(Predictor(manager, executor), manager, timeout_ms=30000))
+    inference = InferenceRunner(manager, executor)
+    yield AppClient(
+        create_app(Predictor(manager, executor), manager, inference=inference, timeout_ms=30000)
+    )
 
 
 def test_paths_are_case_insensitive(client: AppClient) -> None:
@@ -200,21 +206,22 @@ def test_empty_body(client: AppClient) -> None:
 
 
 def test_classify_and_regress(client: AppClient) -> None:
+    # A predict signature (x -> y) has no "inputs" input: refused by its layout, since the
+    # method-name check is off by default (tests/serving/test_serving_conformance.py has more).
     response = client.post("/v1/models/half_plus_two:classify", json={"examples": [{"x": 1.0}]})
     assert response.status_code == 400
-    assert response.json() == {
-        "error": "Expected classification signature method_name to be "
-        "tensorflow/serving/classify. Was: tensorflow/serving/predict"
-    }
-    response = client.post("/v1/models/half_plus_two:regress", json={"signature_name": "x"})
+    assert response.json()["error"].startswith("No classification inputs found in SignatureDef: ")
+    body = {"signature_name": "x", "examples": [{"x": 1.0}]}
+    response = client.post("/v1/models/half_plus_two:regress", json=body)
     assert response.status_code == 400
     assert response.json() == {"error": "No signature was found with the name: x"}
-    response = client.post("/v1/models/nope:regress", json={})
+    response = client.post("/v1/models/nope:regress", json={"examples": [{"x": 1.0}]})
     assert response.status_code == 404
 
 
 def test_cors(manager: ServableManager, executor: BlockingExecutor) -> None:
-    app = create_app(Predictor(manager, executor), manager, enable_cors=True)
+    inference = InferenceRunner(manager, executor)
+    app = create_app(Predictor(manager, executor), manager, inference=inference, enable_cors=True)
     cors_client = AppClient(app)
     response = cors_client.options("/v1/models/half_plus_two:predict")
     assert response.status_code == 200
@@ -233,20 +240,20 @@ def test_predict_core_runs_off_the_event_loop(
 
     async def call() -> None:
         with manager.acquire(ModelSpec("half_plus_two")) as handle:
-            original = handle.servable.run
+            original = handle.servable.run_tensors
 
             def spy(*args: object) -> object:
                 seen.append(threading.current_thread().name)
                 return original(*args)
 
-            handle.servable.run = spy
+            handle.servable.run_tensors = spy
             try:
                 request = PredictRequest(
                     ModelSpec("half_plus_two"), {"x": np.array([1.0, 2.0], np.float32)}
                 )
                 response = await predictor.predict(request)
             finally:
-                del handle.servable.run
+                del handle.servable.run_tensors
         assert response.model_spec == ModelSpec(
             "half_plus_two", version=1, signature_name="serving_default"
         )

@@ -71,6 +71,11 @@ def server(serving_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
                 "--rest_api_num_threads=4",
                 "--tensorflow_intra_op_parallelism=1",
                 "--tensorflow_inter_op_parallelism=1",
+                # The config labels versions of "multi" before they are loaded (TF Serving's
+                # rule), and "broken" should end at once rather than after 5 retries a minute
+                # apart (TF Serving's defaults).
+                "--allow_version_labels_for_unavailable_models",
+                "--max_num_load_retries=0",
             ),
             cwd=REPO_ROOT,
             stdout=sink,

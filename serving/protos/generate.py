@@ -1,0 +1,44 @@
+"""Regenerate the Python code of the config protos in this folder.
+
+    python -m serving.protos.generate
+
+Runs grpcio-tools' protoc (a dev dependency) on every ``.proto`` under ``serving/protos/`` and
+points the generated modules at :data:`serving.protos._pool.POOL` instead of protobuf's default
+pool (see ``_pool.py`` for why).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+_DEFAULT_POOL = "DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile("
+_OUR_POOL = "from serving.protos import _pool\nDESCRIPTOR = _pool.POOL.AddSerializedFile("
+_INIT = '"""Generated protobuf code; see serving/protos/generate.py."""\n'
+
+
+def main() -> None:
+    from grpc_tools import protoc  # dev-only dependency, imported only when generating
+
+    protos = sorted(p.relative_to(HERE).as_posix() for p in HERE.rglob("*.proto"))
+    for stale in [*HERE.rglob("*_pb2.py"), *HERE.rglob("*_pb2.pyi")]:
+        stale.unlink()
+    include = str(Path(protoc.__file__).parent / "_proto")  # google/protobuf/*.proto
+    args = ["protoc", f"-I{HERE}", f"-I{include}", f"--python_out={HERE}", f"--pyi_out={HERE}"]
+    if protoc.main([*args, *protos]) != 0:
+        raise SystemExit("protoc failed")
+    generated = [*HERE.rglob("*_pb2.py"), *HERE.rglob("*_pb2.pyi")]
+    for path in generated:
+        path.write_text(path.read_text().replace(_DEFAULT_POOL, _OUR_POOL))
+    for directory in {p.parent for p in generated}:
+        while directory != HERE:
+            init = directory / "__init__.py"
+            if not init.exists():
+                init.write_text(_INIT)
+            directory = directory.parent
+    print(f"generated {len(generated)} modules from {len(protos)} protos", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,252 @@
+"""Lifecycle of ``python -m serving``: SIGTERM under load, and start-up errors.
+
+SIGTERM must stop accepting connections, finish every request already in flight, and exit 0.
+To make "in flight" certain rather than likely, the test exports a "gate" SavedModel built on two
+TensorFlow queues: its ``wait`` signature records its arrival, then blocks inside ``Session.run``
+until a ``release`` request feeds the second queue. So the test knows a request is inside the
+model when the signal is sent, and decides when it may finish -- after the server has stopped
+accepting. The ``release`` request travels on a connection whose request was already started
+before the signal (HTTP/1.1 pipelining: a status request and the release request's headers in one
+write; the server parses both at once and keeps the connection until the release is answered).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from serving_process import ServingProcess, models_config, wait_until
+from serving_testlib import REPO_ROOT, free_port
+
+LOAD_CLIENTS = 4
+MAX_LOAD_REQUESTS = 2000
+WAIT_S = 60.0
+
+
+def export_gate(path: Path) -> None:
+    """Signatures over ``x`` float32 [-1]: ``wait`` (arrive, then block until released; ``y`` =
+    x), ``release`` (let ``len(x)`` waiters go) and ``arrivals`` (waiters that arrived so far)."""
+    import tensorflow as tf
+
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, shape=[None], name="x")
+        arrivals = tf.queue.FIFOQueue(1000, [tf.float32], shapes=[[]], name="arrivals")
+        releases = tf.queue.FIFOQueue(1000, [tf.float32], shapes=[[]], name="releases")
+        with tf.control_dependencies([arrivals.enqueue(1.0)]):
+            token = releases.dequeue()
+        waited = tf.identity(x + 0.0 * token, name="waited")
+        with tf.control_dependencies([releases.enqueue_many([tf.ones_like(x)])]):
+            released = tf.identity(tf.ones_like(x), name="released")
+        arrived = tf.fill(tf.shape(x), arrivals.size(), name="arrived")
+        build = tf.compat.v1.saved_model.signature_def_utils.predict_signature_def
+        with tf.compat.v1.Session(graph=graph) as session:
+            builder = tf.compat.v1.saved_model.builder.SavedModelBuilder(str(path))
+            builder.add_meta_graph_and_variables(
+                session,
+                ["serve"],
+                signature_def_map={
+                    "wait": build(inputs={"x": x}, outputs={"y": waited}),
+                    "release": build(inputs={"x": x}, outputs={"released": released}),
+                    "arrivals": build(inputs={"x": x}, outputs={"arrived": arrived}),
+                },
+            )
+            builder.save()
+
+
+@pytest.fixture(scope="module")
+def models(serving_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("lifecycle_models")
+    export_gate(root / "gate" / "1")
+    (root / "models.config").write_text(
+        models_config(
+            [
+                ("gate", root / "gate", ""),
+                ("half_plus_two", serving_model_dir / "half_plus_two", ""),
+            ]
+        )
+    )
+    return root
+
+
+@pytest.fixture
+def server(models: Path, tmp_path: Path) -> Iterator[ServingProcess]:
+    process = ServingProcess(
+        models / "models.config", tmp_path / "server.log", "--rest_api_num_threads=8"
+    )
+    try:
+        process.wait_for_states("gate", {1: "AVAILABLE"})
+        process.wait_for_states("half_plus_two", {1: "AVAILABLE"})
+        yield process
+    finally:
+        process.stop(signal.SIGKILL)
+
+
+def http_request(method: str, path: str, body: bytes = b"") -> tuple[bytes, bytes]:
+    """An HTTP/1.1 request's head and body, by hand (for pipelining on a raw socket)."""
+    head = (
+        f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    return head, body
+
+
+def read_response(sock: socket.socket, buffer: bytearray) -> tuple[int, bytes]:
+    """Read one HTTP response (with Content-Length) from ``sock``; returns (status, body)."""
+    while b"\r\n\r\n" not in buffer:
+        chunk = sock.recv(65536)
+        assert chunk, "connection closed before a response"
+        buffer += chunk
+    head, _, rest = bytes(buffer).partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    length = next(
+        int(line.split(":", 1)[1]) for line in lines if line.lower().startswith("content-length:")
+    )
+    while len(rest) < length:
+        chunk = sock.recv(65536)
+        assert chunk, "connection closed inside a response body"
+        rest += chunk
+    del buffer[: len(head) + 4 + length]
+    return int(lines[0].split()[1]), rest[:length]
+
+
+def test_sigterm_finishes_in_flight_requests_and_exits_zero(server: ServingProcess) -> None:
+    # 1. Load on another model, bounded in count and time; each outcome is kept.
+    stop_load = threading.Event()
+    outcomes: list[list[str]] = [[] for _ in range(LOAD_CLIENTS)]
+
+    def load(outcome: list[str]) -> None:
+        deadline = time.monotonic() + WAIT_S
+        with httpx.Client(base_url=server.base_url, timeout=10.0) as http:
+            for _ in range(MAX_LOAD_REQUESTS):
+                if stop_load.is_set() or time.monotonic() > deadline:
+                    return
+                try:
+                    response = http.post(
+                        "/v1/models/half_plus_two:predict", json={"instances": [1.0]}
+                    )
+                except httpx.TransportError as exc:  # refused or closed once shutting down
+                    outcome.append(type(exc).__name__)
+                    return
+                outcome.append(str(response.status_code))
+
+    loaders = [threading.Thread(target=load, args=(outcome,)) for outcome in outcomes]
+    for thread in loaders:
+        thread.start()
+    wait_until(lambda: all(len(o) >= 10 for o in outcomes), "load", WAIT_S)
+
+    # 2. A request blocked inside Session.run.
+    waited: list[httpx.Response] = []
+
+    def wait_request() -> None:
+        with httpx.Client(base_url=server.base_url, timeout=WAIT_S) as http:
+            body = {"signature_name": "wait", "instances": [7.0]}
+            waited.append(http.post("/v1/models/gate:predict", json=body))
+
+    waiter = threading.Thread(target=wait_request)
+    waiter.start()
+
+    def arrivals() -> int:
+        body = {"signature_name": "arrivals", "instances": [0.0]}
+        response = server.client.post("/v1/models/gate:predict", json=body)
+        return int(response.json()["predictions"][0])
+
+    wait_until(lambda: arrivals() == 1, "the wait request inside the model", WAIT_S)
+
+    # 3. A connection whose next request (the release) has started: status + release headers.
+    release_body = json.dumps({"signature_name": "release", "instances": [1.0]}).encode()
+    status_head, _ = http_request("GET", "/v1/models/gate")
+    release_head, _ = http_request("POST", "/v1/models/gate:predict", release_body)
+    pending = socket.create_connection(("127.0.0.1", server.rest_port), timeout=WAIT_S)
+    buffer = bytearray()
+    try:
+        pending.sendall(status_head + release_head)
+        status, _ = read_response(pending, buffer)
+        assert status == 200
+
+        # 4. SIGTERM: new connections are refused while the wait request is still blocked.
+        server.process.send_signal(signal.SIGTERM)
+
+        def refused() -> bool:
+            try:
+                socket.create_connection(("127.0.0.1", server.rest_port), timeout=1.0).close()
+            except OSError:
+                return True
+            return False
+
+        wait_until(refused, "the listener to close", WAIT_S)
+        assert server.process.poll() is None and not waited  # still draining
+
+        # 5. Release: both in-flight requests finish, then the process exits 0.
+        pending.sendall(release_body)
+        status, body = read_response(pending, buffer)
+        assert (status, json.loads(body)) == (200, {"predictions": [1.0]})
+    finally:
+        pending.close()
+    waiter.join(WAIT_S)
+    assert len(waited) == 1
+    assert (waited[0].status_code, waited[0].json()) == (200, {"predictions": [7.0]})
+    assert server.process.wait(WAIT_S) == 0, server.log()
+    stop_load.set()
+    for thread in loaders:
+        thread.join(WAIT_S)
+
+    # Every load request was answered 200 until the server refused or closed connections.
+    for outcome in outcomes:
+        answered = [o for o in outcome if o.isdigit()]
+        assert set(answered) == {"200"}, outcome
+    log = server.log()
+    assert "Shutting down: draining in-flight requests" in log
+    assert "Server stopped" in log
+
+
+def run_serving(*flags: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "serving", *flags],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        check=False,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_labels_on_unloaded_versions_fail_start_up_without_the_flag(
+    serving_model_dir: Path, tmp_path: Path
+) -> None:
+    config = tmp_path / "models.config"
+    config.write_text(
+        models_config(
+            [("multi", serving_model_dir / "multi", 'version_labels { key: "stable" value: 1 }')]
+        )
+    )
+    result = run_serving(f"--rest_api_port={free_port()}", f"--model_config_file={config}")
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        "python -m serving: error: Request to assign label to version 1 of model multi, which "
+        "is not currently available for inference"
+    ]
+
+
+@pytest.mark.parametrize(
+    "flag",
+    [
+        "--file_system_poll_wait_seconds=often",
+        "--num_request_iterations_for_warmup=1.5",
+        "--enable_model_warmup=maybe",
+    ],
+)
+def test_bad_lifecycle_flags_fail_with_one_line(flag: str) -> None:
+    result = run_serving(flag, "--model_base_path=/models/x")
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and flag.split("=")[0] in lines[0], result.stderr
