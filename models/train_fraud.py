@@ -24,25 +24,23 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2  # noqa: E402
 
 import keras  # noqa: E402
 from api.features import FEATURE_NAMES, N_FEATURES, extract_batch  # noqa: E402
 from api.schemas import Transaction  # noqa: E402
+from models.export import export_servable, write_warmup  # noqa: E402
 from models.transactions import generate_transactions  # noqa: E402
 
 SEED = 20261129
 INPUT_NAME = "features"
 OUTPUT_NAME = "fraud_score"
 SIGNATURE = "serving_default"
-WARMUP_FILE = "tf_serving_warmup_requests"
 
 
 def dataset(n: int, seed: int, start_index: int) -> tuple[np.ndarray, np.ndarray]:
@@ -75,37 +73,16 @@ def build_model(train_x: np.ndarray) -> keras.Model:
 
 def export(model: keras.Model, version_dir: Path, warmup_rows: np.ndarray) -> None:
     """Write the SavedModel with named input/output, plus the warmup records."""
-    if version_dir.exists():
-        shutil.rmtree(version_dir)
-    archive = keras.export.ExportArchive()
-    archive.track(model)
-    archive.add_endpoint(
-        name=SIGNATURE,
-        fn=lambda features: {OUTPUT_NAME: model(features, training=False)},
-        input_signature=[tf.TensorSpec([None, N_FEATURES], tf.float32, name=INPUT_NAME)],
+    export_servable(
+        model,
+        version_dir,
+        signature_name=SIGNATURE,
+        input_spec=tf.TensorSpec([None, N_FEATURES], tf.float32, name=INPUT_NAME),
+        output_name=OUTPUT_NAME,
     )
-    archive.write_out(str(version_dir), verbose=False)
-    write_warmup(version_dir, warmup_rows)
-
-
-def write_warmup(version_dir: Path, rows: np.ndarray) -> None:
-    """assets.extra/tf_serving_warmup_requests: one PredictLog per batch size 1, 8, 64.
-
-    Format per TF Serving's SavedModel Warmup guide: a TFRecord file of
-    `PredictionLog` protos, at most 1000 records.
-    """
-    extra = version_dir / "assets.extra"
-    extra.mkdir(parents=True, exist_ok=True)
-    with tf.io.TFRecordWriter(str(extra / WARMUP_FILE)) as writer:
-        for batch in (1, 8, 64):
-            request = predict_pb2.PredictRequest(
-                model_spec=model_pb2.ModelSpec(name="fraud", signature_name=SIGNATURE)
-            )
-            request.inputs[INPUT_NAME].CopyFrom(tf.make_tensor_proto(rows[:batch]))
-            log = prediction_log_pb2.PredictionLog(
-                predict_log=prediction_log_pb2.PredictLog(request=request)
-            )
-            writer.write(log.SerializeToString())
+    write_warmup(
+        version_dir, model_name="fraud", signature_name=SIGNATURE, inputs={INPUT_NAME: warmup_rows}
+    )
 
 
 def main() -> None:
