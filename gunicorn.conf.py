@@ -1,26 +1,77 @@
 """gunicorn settings for the API tier (`gunicorn -c gunicorn.conf.py 'api.app:create_app()'`).
 
-Workers: WEB_CONCURRENCY, else one per CPU of the container's quota (not the host's
-cores). Each worker is one uvicorn event loop; the model is not in these processes,
-so a worker needs no more than one thread for NumPy/BLAS-style pools: the
-OMP/MKL/OpenBLAS variables are pinned to 1 before anything imports them.
+Workers: `WEB_CONCURRENCY`, else one per CPU of the container's quota (cgroup v2
+`cpu.max` / v1 CFS quota, see `api.cpu_budget`), not the host's cores. Each worker is
+one uvicorn event loop (`uvicorn_worker.UvicornWorker`); the model is not in these
+processes, so OMP/MKL/OpenBLAS thread pools get `cpus // workers` threads (1 with one
+worker per CPU), set before anything imports those libraries. `python -m api.doctor`
+prints the resulting budget next to the serving tier's threads.
+
+Metrics: the workers share one Prometheus multiprocess directory
+(`PROMETHEUS_MULTIPROC_DIR`, see `api.metrics`). When the variable is unset a fresh
+temporary directory is made and removed at exit; when it is set, its old `*.db` files
+are removed at start, as prometheus-client requires. Both happen here, in the master,
+before `preload_app` imports the app (prometheus-client reads the variable at import).
+
+This file is executed by gunicorn only; everything it does is for the server it starts.
 """
 
 import os
+import shutil
+import tempfile
+from pathlib import Path
 
-from api.cpu_budget import available_cpus
+from api.cpu_budget import THREAD_ENV_VARS, available_cpus, threads_per_worker, web_concurrency
 
-for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
+_cpus = available_cpus()
+workers = web_concurrency(os.environ, _cpus)
+for _var in THREAD_ENV_VARS:
+    os.environ.setdefault(_var, str(threads_per_worker(_cpus, workers)))
 
 bind = os.environ.get("API_BIND", "0.0.0.0:8000")
-workers = int(os.environ.get("WEB_CONCURRENCY", available_cpus()))
 worker_class = "uvicorn_worker.UvicornWorker"
-# The app factory does nothing at import and creates its clients in the lifespan,
-# inside each worker, so preloading is safe and shares the imported code pages.
+# The app factory does nothing at import and creates its clients, threads and files in
+# the lifespan, inside each worker, so preloading is safe and shares the imported code
+# pages between workers (copy-on-write after fork).
 preload_app = True
-# A worker finishing its in-flight requests on SIGTERM gets this long.
+# A worker finishing its in-flight requests (and flushing its score events) on SIGTERM
+# gets this long.
 graceful_timeout = int(os.environ.get("API_GRACEFUL_TIMEOUT_S", "20"))
 timeout = 30
 keepalive = 5
-accesslog = os.environ.get("API_ACCESS_LOG", "-") or None
+# The app writes its own JSON access log (api.access, ACCESS_LOG=false turns it off);
+# gunicorn's would be a second, unstructured line per request.
+accesslog = None
+
+# --- Prometheus multiprocess directory ---------------------------------------------
+_MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+# Marks the directory as prepared by this master, so a config reload (SIGHUP re-reads
+# this file) does not wipe the files of running workers; and which one it made itself.
+_PREPARED_ENV = "API_PROMETHEUS_DIR_PREPARED_BY"
+_OWNED_ENV = "API_PROMETHEUS_DIR_OWNED"
+
+if os.environ.get(_PREPARED_ENV) != str(os.getpid()):
+    if os.environ.get(_MULTIPROC_ENV):
+        _dir = Path(os.environ[_MULTIPROC_ENV])
+        _dir.mkdir(parents=True, exist_ok=True)
+        for _stale in _dir.glob("*.db"):
+            _stale.unlink()
+    else:
+        os.environ[_MULTIPROC_ENV] = os.environ[_OWNED_ENV] = tempfile.mkdtemp(
+            prefix="api-prometheus-"
+        )
+    os.environ[_PREPARED_ENV] = str(os.getpid())
+
+
+def child_exit(server, worker):
+    """Drop a dead worker's live gauges (in-flight requests) from the merged metrics."""
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(worker.pid)
+
+
+def on_exit(server):
+    """Remove the metrics directory this master made (not one it was given)."""
+    owned = os.environ.get(_OWNED_ENV)
+    if owned and owned == os.environ.get(_MULTIPROC_ENV):
+        shutil.rmtree(owned, ignore_errors=True)

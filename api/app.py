@@ -3,8 +3,9 @@
     uvicorn --factory api.app:create_app          # one process
     gunicorn -c gunicorn.conf.py 'api.app:create_app()'
 
-Nothing happens at import time: settings are read, and the httpx client is created,
-inside `create_app` and the lifespan, i.e. in each worker after fork.
+Nothing happens at import time: settings are read inside `create_app`, and the
+serving client (httpx pool or gRPC channels, `api.serving_client.open_serving_client`)
+is created in the lifespan, i.e. in each worker after fork, inside its event loop.
 """
 
 from __future__ import annotations
@@ -12,26 +13,18 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import httpx
+import anyio
 from fastapi import FastAPI
 
+from api.cpu_budget import available_cpus
+from api.digits import DigitClassifier
 from api.errors import install_error_handlers
-from api.routes import fraud, health
-from api.scoring import FraudScorer
-from api.serving_client import RestServingClient
+from api.limits import install_limits
+from api.observability import install_observability
+from api.routes import digits, fraud, health
+from api.scoring import FraudScorer, ServedModel
+from api.serving_client import open_serving_client
 from api.settings import Settings
-
-
-def _http_client(settings: Settings) -> httpx.AsyncClient:
-    """The one shared client to serving: base URL, timeouts and pool from settings."""
-    return httpx.AsyncClient(
-        base_url=str(settings.serving_url).rstrip("/"),
-        timeout=httpx.Timeout(settings.serving_timeout_s, connect=settings.serving_connect_timeout_s),
-        limits=httpx.Limits(
-            max_connections=settings.serving_max_connections,
-            max_keepalive_connections=settings.serving_max_connections,
-        ),
-    )
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -44,14 +37,31 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with _http_client(settings) as http:
+        async with open_serving_client(settings) as client:
+            app.state.serving_client = client
             app.state.fraud_scorer = FraudScorer(
-                RestServingClient(http),
-                model_name=settings.fraud_model_name,
-                signature_name=settings.fraud_signature_name,
-                version_ttl_s=settings.model_version_ttl_s,
+                ServedModel(
+                    client,
+                    model_name=settings.fraud_model_name,
+                    signature_name=settings.fraud_signature_name,
+                    version_ttl_s=settings.model_version_ttl_s,
+                    status_timeout_s=settings.serving_timeout_s,
+                )
             )
-            yield
+            app.state.digit_classifier = DigitClassifier(
+                ServedModel(
+                    client,
+                    model_name=settings.digits_model_name,
+                    signature_name=settings.digits_signature_name,
+                    version_ttl_s=settings.model_version_ttl_s,
+                    status_timeout_s=settings.serving_timeout_s,
+                )
+            )
+            # CPU-bound request work (image decoding) runs in threads, at most one per
+            # usable CPU at a time (api.routes.digits).
+            app.state.cpu_limiter = anyio.CapacityLimiter(available_cpus())
+            async with observability.running(app):
+                yield
 
     app = FastAPI(
         title="Fraud scoring API",
@@ -61,6 +71,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     install_error_handlers(app)
+    # Admission limits sit inside the observability middleware (added after them, so
+    # outermost): refusals are still timed, logged and carry the request id.
+    install_limits(app, settings, path_body_limits={"/v1/digits/classify": digits.max_body_size(settings)})
+    observability = install_observability(app, settings)
     app.include_router(health.router)
     app.include_router(fraud.router)
+    app.include_router(digits.router)
     return app

@@ -1,48 +1,246 @@
-"""How errors leave the API: one table, one handler, FastAPI's `{"detail": ...}` shape.
+"""How errors leave the API: one JSON shape, one table for serving failures.
 
-Validation errors keep FastAPI's 422 format. Serving-tier failures are mapped here,
-and only here, from `api.serving_client.ServingError` subclasses to HTTP statuses.
+Every non-2xx answer of the API has this body (media type `application/json`):
+
+    {"detail": <str or list>, "code": "<machine-readable code>", "request_id": "<id>"}
+
+`detail` is a human-readable string, except for 422 where it keeps FastAPI's list of
+validation errors (`[{"type", "loc", "msg", "input", "ctx"?}]`, with `input` echoes
+truncated so the body stays small however large the request was). `request_id` is
+the request's `X-Request-ID` (see `api.request_context`). `code` is one of:
+
+| status | code | when |
+| --- | --- | --- |
+| 404, 405, ... | `not_found`, `method_not_allowed`, ... | Starlette's HTTP errors |
+| 413 | `payload_too_large` | body over `MAX_BODY_BYTES` (`api.limits`) |
+| 422 | `validation_error` | the body or a header failed validation |
+| 500 | `internal_error` | a bug; nothing about it is echoed |
+| 502 | `serving_rejected` | serving refused input that passed our validation |
+| 502 | `serving_error` | serving failed running the model (INTERNAL, UNKNOWN) |
+| 502 | `serving_bad_response` | serving's answer is unusable (shape, NaN, not JSON) |
+| 503 | `overloaded` | this worker is at `MAX_IN_FLIGHT_REQUESTS` (with `Retry-After`) |
+| 503 | `serving_unavailable` | serving unreachable, down or overloaded (with `Retry-After`) |
+| 503 | `serving_misconfigured` | serving has no such model, version or signature |
+| 504 | `deadline_exceeded` | the request's time budget ran out |
+
+Serving failures (`api.serving_client.ServingError` subclasses) and our own deadline
+are mapped to these in `ERROR_TABLE` only; the handlers are installed once for every
+route by `install_error_handlers`.
 """
 
 from __future__ import annotations
 
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+import logging
+from collections.abc import Mapping, Sequence
+from http import HTTPStatus
+from typing import Any
 
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from api.deadlines import DeadlineExceeded
+from api.request_context import current_request
 from api.serving_client import (
+    ServingBadResponse,
     ServingError,
-    ServingNotFound,
+    ServingInternalError,
+    ServingMisconfigured,
     ServingRejected,
     ServingTimeout,
     ServingUnavailable,
 )
 
-# Most specific class first. A missing model or a rejected request at serving is the
-# deployment's fault, not the caller's, so those are 5xx as well.
-SERVING_ERROR_STATUS: tuple[tuple[type[ServingError], int], ...] = (
-    (ServingTimeout, 504),
-    (ServingUnavailable, 503),
-    (ServingNotFound, 503),
-    (ServingRejected, 502),
+logger = logging.getLogger("api.errors")
+
+# Seconds a client should wait before retrying a 503 (`Retry-After`).
+RETRY_AFTER_S = 1
+
+# Exception class -> (HTTP status, code, send Retry-After). Most specific first.
+ERROR_TABLE: tuple[tuple[type[Exception], int, str, bool], ...] = (
+    (DeadlineExceeded, 504, "deadline_exceeded", False),
+    (ServingTimeout, 504, "deadline_exceeded", False),
+    (ServingUnavailable, 503, "serving_unavailable", True),
+    (ServingMisconfigured, 503, "serving_misconfigured", False),  # NOT_FOUND included
+    (ServingRejected, 502, "serving_rejected", False),
+    (ServingBadResponse, 502, "serving_bad_response", False),
+    (ServingInternalError, 502, "serving_error", False),
+    (ServingError, 502, "serving_error", False),
 )
 
-
-def status_for(exc: ServingError) -> int:
-    """HTTP status for a serving failure (503 when no row matches)."""
-    for cls, status in SERVING_ERROR_STATUS:
-        if isinstance(exc, cls):
-            return status
-    return 503
+# Bounds of a 422 body: errors listed, and characters of an input echoed per error.
+MAX_VALIDATION_ERRORS = 20
+MAX_ECHO_CHARS = 200
 
 
-async def _serving_error_handler(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, ServingError)
-    return JSONResponse(
-        status_code=status_for(exc),
-        content={"detail": f"serving tier: {exc.message}"},
+def error_body(status: int, code: str, detail: Any) -> bytes:
+    """The JSON error body: `{"detail", "code", "request_id"}` (see module doc)."""
+    ctx = current_request()
+    return orjson.dumps(
+        {"detail": detail, "code": code, "request_id": ctx.request_id if ctx is not None else None}
     )
 
 
+def error_response(
+    status: int, code: str, detail: Any, headers: Mapping[str, str] | None = None
+) -> Response:
+    """A `Response` in the API's error shape (also used by the ASGI middleware)."""
+    return Response(
+        error_body(status, code, detail),
+        status_code=status,
+        headers=dict(headers or {}),
+        media_type="application/json",
+    )
+
+
+def classify(exc: Exception) -> tuple[int, str, bool]:
+    """(status, code, retry_after) for an exception in `ERROR_TABLE`.
+
+    Raises:
+        LookupError: `exc` is not in the table.
+    """
+    for cls, status, code, retry_after in ERROR_TABLE:
+        if isinstance(exc, cls):
+            return status, code, retry_after
+    raise LookupError(type(exc).__name__)
+
+
+def _status_code_name(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase.lower().replace(" ", "_").replace("-", "_")
+    except ValueError:
+        return f"http_{status}"
+
+
+def bounded(value: Any, limit: int = MAX_ECHO_CHARS) -> Any:
+    """`value` as echoed in an error: strings cut to `limit` characters, containers
+    replaced by a short summary once their JSON is longer than `limit`."""
+    if isinstance(value, (bytes, bytearray)):
+        value = bytes(value[: limit + 1]).decode("utf-8", "replace")
+    if isinstance(value, str):
+        return value if len(value) <= limit else value[:limit] + "…"
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    try:
+        encoded = orjson.dumps(value, default=str)
+    except TypeError:
+        return bounded(str(value), limit)
+    if len(encoded) <= limit:
+        return orjson.loads(encoded)
+    kind = "object" if isinstance(value, Mapping) else "array" if isinstance(value, Sequence) else "value"
+    return f"<{kind} of {len(encoded)} bytes, not echoed>"
+
+
+def bounded_validation_errors(errors: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """FastAPI's validation errors with bounded echoes, at most `MAX_VALIDATION_ERRORS`.
+
+    Keeps each error's `type`, `loc`, `msg`; `input` and `ctx` values go through
+    `bounded`. A final entry says how many errors were left out, if any.
+    """
+    kept: list[dict[str, Any]] = []
+    for error in errors[:MAX_VALIDATION_ERRORS]:
+        item: dict[str, Any] = {
+            "type": error.get("type"),
+            "loc": [bounded(part, 64) for part in error.get("loc", ())],
+            "msg": bounded(str(error.get("msg", ""))),
+        }
+        if "input" in error:
+            item["input"] = bounded(error["input"])
+        ctx = error.get("ctx")
+        if isinstance(ctx, Mapping):
+            # ctx may hold exception objects (e.g. a validator's ValueError): as text.
+            item["ctx"] = {
+                str(k): bounded(v if isinstance(v, (str, int, float, bool)) else str(v))
+                for k, v in ctx.items()
+            }
+        kept.append(item)
+    if len(errors) > MAX_VALIDATION_ERRORS:
+        kept.append(
+            {
+                "type": "too_many_errors",
+                "loc": [],
+                "msg": f"{len(errors) - MAX_VALIDATION_ERRORS} more errors not listed",
+            }
+        )
+    return kept
+
+
+async def _validation_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    return error_response(422, "validation_error", bounded_validation_errors(exc.errors()))
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, StarletteHTTPException)
+    headers = dict(exc.headers or {})
+    if exc.status_code < 200 or exc.status_code in (204, 304):
+        return Response(status_code=exc.status_code, headers=headers)
+    detail = exc.detail if isinstance(exc.detail, str) else bounded(exc.detail)
+    return error_response(exc.status_code, _status_code_name(exc.status_code), detail, headers)
+
+
+async def _mapped_error(request: Request, exc: Exception) -> Response:
+    status, code, retry_after = classify(exc)
+    if isinstance(exc, ServingError):
+        detail = f"serving tier: {exc.message}"
+        logger.warning(
+            "serving error %s (%s) from %s: %s", code, exc.code.name, exc.target or "-", exc.message
+        )
+    else:
+        detail = str(getattr(exc, "message", exc))
+    headers = {"Retry-After": str(RETRY_AFTER_S)} if retry_after else None
+    return error_response(status, code, detail, headers)
+
+
+async def _internal_error(request: Request, exc: Exception) -> Response:
+    logger.error("unhandled exception", exc_info=exc)
+    return error_response(500, "internal_error", "internal server error")
+
+
+class UnhandledErrorMiddleware:
+    """Answer an exception no handler took with a 500 in the error shape.
+
+    Starlette sends such 500s from its outermost middleware, after every other one
+    has exited: too late for the request id and for the observability middleware to
+    see the status. Installed innermost among the app's middleware, this one answers
+    them where the request's context is still current. The exception is logged here,
+    with its traceback, and nothing about it reaches the caller.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except Exception as exc:
+            if started:
+                raise  # half an answer is out: only closing the connection is left
+            logger.error("unhandled exception", exc_info=exc)
+            await error_response(500, "internal_error", "internal server error")(scope, receive, send)
+
+
 def install_error_handlers(app: FastAPI) -> None:
-    """Register the serving-error handler on `app` (once, for every route)."""
-    app.add_exception_handler(ServingError, _serving_error_handler)
+    """Register the API's exception handlers on `app` (once, for every route).
+
+    Call before adding other middleware, so `UnhandledErrorMiddleware` is innermost.
+    """
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(ServingError, _mapped_error)
+    app.add_exception_handler(DeadlineExceeded, _mapped_error)
+    app.add_exception_handler(Exception, _internal_error)  # failures outside the middleware
+    app.add_middleware(UnhandledErrorMiddleware)

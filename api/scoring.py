@@ -1,23 +1,50 @@
-"""Fraud scoring: features in, scores out, through the serving tier.
+"""Models on the serving tier, as the API's routes use them.
 
-`FraudScorer` knows the fraud model's signature (input `features`, output
-`fraud_score`) and which version it is talking to. TF Serving's REST predict answer
-does not say which version ran, so the scorer reads the latest AVAILABLE version from
-model status (cached for `ttl_s`) and pins each predict to it; when that version has
-been unloaded meanwhile (404), it reads status again and retries once.
+`ServedModel` is one servable called through one signature: it pins each predict to
+the latest AVAILABLE version (read from model status and cached, because TF Serving's
+REST answer does not say which version ran) and returns the outputs with that version.
+It takes the model name, signature and input/output names as parameters, so every
+model route (fraud, digits, ...) uses the same code. `FraudScorer` is the fraud
+model's signature on top of it: feature rows in, probabilities out.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from api.serving_client import RestServingClient, ServingNotFound, ServingUnavailable
+from api.deadlines import Deadline
+from api.serving_client import (
+    DataType,
+    ModelSpec,
+    PredictRequest,
+    ServingBadResponse,
+    ServingClient,
+    ServingNotFound,
+    ServingTimeout,
+    ServingUnavailable,
+    Tensor,
+)
 
-INPUT_NAME = "features"
-OUTPUT_NAME = "fraud_score"
+FRAUD_INPUT = "features"  # float32 [batch, N_FEATURES], api.features.FEATURE_NAMES order
+FRAUD_OUTPUT = "fraud_score"  # float32 [batch, 1], probability of fraud
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A model's outputs for one call and the version that produced them.
+
+    Attributes:
+        outputs: output name -> tensor, batch first (a single unnamed REST output is
+            under the name the model was asked for).
+        version: the model version that ran.
+    """
+
+    outputs: Mapping[str, Tensor]
+    version: int
 
 
 @dataclass(frozen=True)
@@ -31,101 +58,164 @@ class Scores:
 class LatestVersion:
     """The latest AVAILABLE version of one model, read from serving's model status.
 
-    Cached for `ttl_s` seconds (monotonic clock); concurrent refreshes are merged
-    into one status call.
+    Cached for `ttl_s` seconds (monotonic clock). Concurrent refreshes share one status
+    call, which runs under its own `status_timeout_s` budget, so a caller that gives up
+    does not fail it for the others; each caller waits at most until its own deadline.
     """
 
-    def __init__(self, client: RestServingClient, model_name: str, ttl_s: float) -> None:
+    def __init__(
+        self, client: ServingClient, model_name: str, ttl_s: float, *, status_timeout_s: float = 2.0
+    ) -> None:
         self._client = client
         self._model_name = model_name
         self._ttl_s = ttl_s
+        self._status_timeout_s = status_timeout_s
         self._version: int | None = None
         self._read_at = float("-inf")
-        self._lock = asyncio.Lock()
+        self._refresh: asyncio.Task[int] | None = None
 
     def invalidate(self) -> None:
         """Forget the cached version; the next `get` reads model status."""
         self._read_at = float("-inf")
 
-    async def get(self) -> int:
-        """The version to pin predicts to.
+    async def get(self, deadline: Deadline | None = None) -> int:
+        """The version to pin predicts to; waits at most until `deadline` (default:
+        `status_timeout_s` from now).
 
         Raises:
             ServingUnavailable: serving reports no AVAILABLE version.
+            ServingTimeout: `deadline` passed while waiting for model status.
             ServingError: the status call itself failed.
         """
-        if time.monotonic() - self._read_at < self._ttl_s and self._version is not None:
+        if self._version is not None and time.monotonic() - self._read_at < self._ttl_s:
             return self._version
-        async with self._lock:
-            if time.monotonic() - self._read_at < self._ttl_s and self._version is not None:
-                return self._version
-            statuses = await self._client.model_status(self._model_name)
-            available = [s.version for s in statuses if s.state == "AVAILABLE"]
-            if not available:
-                states = ", ".join(f"{s.version}: {s.state}" for s in statuses) or "none"
-                raise ServingUnavailable(
-                    f"model '{self._model_name}' has no AVAILABLE version ({states})"
-                )
-            self._version = max(available)
-            self._read_at = time.monotonic()
-            return self._version
+        if self._refresh is None or self._refresh.done():
+            self._refresh = asyncio.get_running_loop().create_task(self._read())
+            # Every waiter may have given up; mark the error seen so it is not logged
+            # as "never retrieved" (each waiter still gets it raised).
+            self._refresh.add_done_callback(lambda t: t.cancelled() or t.exception())
+        budget = self._status_timeout_s if deadline is None else deadline.remaining()
+        try:
+            async with asyncio.timeout(max(0.0, budget)):
+                return await asyncio.shield(self._refresh)
+        except TimeoutError:
+            raise ServingTimeout("no model status within the request deadline") from None
+
+    async def _read(self) -> int:
+        status = await self._client.model_status(self._model_name, Deadline.after(self._status_timeout_s))
+        version = status.latest_available()
+        if version is None:
+            states = ", ".join(f"{v.version}: {v.state}" for v in status.versions) or "none"
+            raise ServingUnavailable(f"model '{self._model_name}' has no AVAILABLE version ({states})")
+        self._version = version
+        self._read_at = time.monotonic()
+        return version
 
 
-class FraudScorer:
-    """Scores feature rows with the fraud model on the serving tier."""
+class ServedModel:
+    """One model on the serving tier, called through one signature.
+
+    Args:
+        client: the worker's serving client.
+        model_name: servable name (models.config `name`).
+        signature_name: SignatureDef key.
+        version_ttl_s: how long the latest AVAILABLE version is trusted, seconds.
+        status_timeout_s: budget of one model-status call, seconds.
+    """
 
     def __init__(
         self,
-        client: RestServingClient,
+        client: ServingClient,
         *,
         model_name: str,
-        signature_name: str,
+        signature_name: str = "serving_default",
         version_ttl_s: float,
+        status_timeout_s: float,
     ) -> None:
         self.model_name = model_name
+        self.signature_name = signature_name
         self._client = client
-        self._signature_name = signature_name
-        self.latest = LatestVersion(client, model_name, version_ttl_s)
+        self.latest = LatestVersion(client, model_name, version_ttl_s, status_timeout_s=status_timeout_s)
 
-    async def score(self, rows: Sequence[Sequence[float]]) -> Scores:
-        """Score rows of `api.features.FEATURE_NAMES` floats, shape [n, N_FEATURES].
+    async def predict(
+        self, inputs: Mapping[str, Tensor], deadline: Deadline, *, outputs: Sequence[str] = ()
+    ) -> Prediction:
+        """Run the signature on `inputs`, pinned to the latest AVAILABLE version.
 
-        Returns:
-            `Scores` with n values in 0..1.
+        When that version was unloaded in the meantime (NOT_FOUND), model status is read
+        again and the call repeated once.
+
+        Args:
+            inputs: signature input name -> tensor (dtype set), batch first.
+            deadline: the request's deadline.
+            outputs: output names the caller needs; each must be in the answer. A
+                single unnamed output (TF Serving's REST answer for a one-output
+                signature) is returned under the only name asked for.
 
         Raises:
-            ServingError subclasses (see `api.serving_client`).
+            ServingBadResponse: an asked-for output is missing.
+            ServingError subclasses from the client.
         """
         for attempt in (1, 2):
-            version = await self.latest.get()
+            version = await self.latest.get(deadline)
+            request = PredictRequest(
+                ModelSpec(self.model_name, self.signature_name, version), inputs, tuple(outputs)
+            )
             try:
-                outputs = await self._client.predict_columnar(
-                    self.model_name,
-                    {INPUT_NAME: rows},
-                    signature_name=self._signature_name,
-                    version=version,
-                )
+                response = await self._client.predict(request, deadline)
             except ServingNotFound:
                 # The pinned version went away (a newer one replaced it): re-read once.
                 self.latest.invalidate()
                 if attempt == 2:
                     raise
                 continue
-            column = outputs.get(OUTPUT_NAME, outputs.get(""))
-            if not isinstance(column, list) or len(column) != len(rows):
-                raise ServingUnavailable(
-                    f"serving answered {OUTPUT_NAME} of the wrong shape for {len(rows)} rows"
+            named = dict(response.outputs)
+            if len(outputs) == 1 and set(named) == {""}:
+                named = {outputs[0]: named[""]}
+            missing = [name for name in outputs if name not in named]
+            if missing:
+                raise ServingBadResponse(
+                    f"model '{self.model_name}' answered without output(s) {missing}; got {sorted(named)}"
                 )
-            try:
-                values = [float(_scalar(v)) for v in column]  # type: ignore[arg-type]
-            except (TypeError, ValueError) as exc:
-                raise ServingUnavailable(f"serving answered a non-numeric {OUTPUT_NAME}") from exc
-            return Scores(values=values, version=version)
+            return Prediction(named, response.model_version if response.model_version is not None else version)
         raise AssertionError("unreachable")
 
 
-def _scalar(value: object) -> object:
-    """A row's score: TF Serving writes a [batch, 1] output as [[s], ...]."""
-    while isinstance(value, list) and len(value) == 1:
-        value = value[0]
-    return value
+class FraudScorer:
+    """The fraud model's signature: feature rows in, probabilities of fraud out."""
+
+    def __init__(self, model: ServedModel) -> None:
+        self.model = model
+        self.model_name = model.model_name
+
+    @property
+    def latest(self) -> LatestVersion:
+        """The model's version cache (the readiness probe reads it)."""
+        return self.model.latest
+
+    async def score(self, rows: Sequence[Sequence[float]], deadline: Deadline) -> Scores:
+        """Score rows of `api.features.FEATURE_NAMES` floats, shape [n, N_FEATURES].
+
+        Returns:
+            `Scores` with n probabilities in [0, 1].
+
+        Raises:
+            ServingBadResponse: the output is not [n] or [n, 1] of finite numbers in
+                [0, 1] (serving's `NaN` / `Infinity` included).
+            ServingError subclasses from the client.
+        """
+        features = Tensor.from_rows(rows, DataType.DT_FLOAT)
+        prediction = await self.model.predict({FRAUD_INPUT: features}, deadline, outputs=(FRAUD_OUTPUT,))
+        tensor = prediction.outputs[FRAUD_OUTPUT]
+        if tensor.shape not in ((len(rows),), (len(rows), 1)):
+            raise ServingBadResponse(
+                f"serving answered {FRAUD_OUTPUT} of shape {list(tensor.shape)} for {len(rows)} rows"
+            )
+        values = []
+        for value in tensor.values:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ServingBadResponse(f"serving answered a non-finite or non-numeric {FRAUD_OUTPUT}: {value!r}")
+            if not 0.0 <= value <= 1.0:
+                raise ServingBadResponse(f"serving answered {FRAUD_OUTPUT} {value!r}, outside [0, 1]")
+            values.append(float(value))
+        return Scores(values=values, version=prediction.version)

@@ -7,8 +7,17 @@ root (`api.app.create_app`) and passed down explicitly.
 
 from __future__ import annotations
 
-from pydantic import AnyHttpUrl, Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+import tempfile
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import AnyHttpUrl, BeforeValidator, Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+
+def _upper(value: object) -> object:
+    """Level names are accepted in any case (`LOG_LEVEL=debug`)."""
+    return value.upper() if isinstance(value, str) else value
 
 
 class Settings(BaseSettings):
@@ -27,18 +36,161 @@ class Settings(BaseSettings):
     fraud_threshold: float = Field(
         default=0.5, ge=0.0, le=1.0, description="Scores at or above this are flagged is_fraud."
     )
+    # The digits example (api.routes.digits, api.images, api.digits).
+    digits_model_name: str = Field(default="digits", description="Servable name of the digits model.")
+    digits_signature_name: str = Field(
+        default="serving_default", description="SignatureDef the digits model is called through."
+    )
+    digits_max_image_bytes: int = Field(
+        default=2 * 1024 * 1024,
+        ge=1,
+        description="Largest uploaded image accepted, bytes; larger is answered 413.",
+    )
+    digits_max_image_pixels: int = Field(
+        default=4096 * 4096,
+        ge=1,
+        description="Largest width × height accepted, checked from the image header before "
+        "decoding (decompression-bomb guard); larger is answered 422. A decode holds up to "
+        "about 5 bytes per pixel (RGBA plus grayscale) while it runs.",
+    )
+    # The serving path (api.serving_client, api.coalescing, api.limits).
+    serving_protocol: Literal["rest", "grpc"] = Field(
+        default="rest", description="How the API calls serving: TF Serving's REST or gRPC API."
+    )
+    serving_urls: Annotated[list[AnyHttpUrl], NoDecode] = Field(
+        default_factory=list,
+        description="REST replicas, comma-separated base URLs (round-robin); empty means "
+        "[SERVING_URL].",
+    )
+    serving_grpc_targets: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["127.0.0.1:8500"],
+        min_length=1,
+        description="gRPC replicas, comma-separated host:port (round-robin; TF Serving's "
+        "port 8500), used when SERVING_PROTOCOL=grpc.",
+    )
+    request_timeout_s: float = Field(
+        default=2.0,
+        gt=0.0,
+        description="Time budget of one API request from arrival to answer, seconds; a caller "
+        "may lower it with X-Request-Timeout-Ms. Past it the answer is 504.",
+    )
     serving_timeout_s: float = Field(
-        default=2.0, gt=0.0, description="Whole-call timeout of one request to serving, seconds."
+        default=2.0,
+        gt=0.0,
+        description="Upper bound of one call to one serving replica, seconds (the request's "
+        "remaining budget usually ends it sooner).",
     )
     serving_connect_timeout_s: float = Field(
         default=0.5, gt=0.0, description="TCP connect timeout to serving, seconds."
     )
-    serving_max_connections: int = Field(
-        default=100, ge=1, description="Connection pool size towards serving, per API process."
+    serving_max_connections: int | None = Field(
+        default=None,
+        ge=1,
+        description="REST connection pool towards serving, per API process; default "
+        "MAX_IN_FLIGHT_REQUESTS (one connection per request in flight).",
     )
+    serving_keepalive_expiry_s: float = Field(
+        default=4.0,
+        gt=0.0,
+        description="Idle REST connections to serving are closed after this, seconds; keep it "
+        "below serving's idle timeout (uvicorn's default: 5 s).",
+    )
+    serving_max_attempts: int = Field(
+        default=3,
+        ge=1,
+        description="Attempts per call to serving across replicas; UNAVAILABLE (refused or "
+        "dropped connection, 503) is retried on another replica within the deadline.",
+    )
+    serving_eject_s: float = Field(
+        default=1.0,
+        ge=0.0,
+        description="A replica that refused a connection is skipped this long, seconds.",
+    )
+    max_in_flight_requests: int = Field(
+        default=64,
+        ge=1,
+        description="Requests one worker handles at once; more are answered 503 with "
+        "Retry-After at once, never queued.",
+    )
+    max_body_bytes: int = Field(
+        default=64 * 1024,
+        ge=1,
+        description="Largest request body accepted, bytes; larger is answered 413 before it "
+        "is buffered. Routes that take uploads (digits) get their own limit (api.app).",
+    )
+    coalescing_enabled: bool = Field(
+        default=False,
+        description="Merge concurrent predicts for the same model into one call to serving.",
+    )
+    coalescing_window_ms: float = Field(
+        default=2.0,
+        ge=0.0,
+        le=1000.0,
+        description="How long a batch waits for more requests after its first, milliseconds.",
+    )
+    coalescing_max_batch_rows: int = Field(
+        default=64, ge=1, description="Rows at which a batch is sent at once."
+    )
+
+    @field_validator("serving_urls", "serving_grpc_targets", mode="before")
+    @classmethod
+    def _split_commas(cls, value: object) -> object:
+        """Lists come from the environment as comma-separated text."""
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @property
+    def serving_rest_targets(self) -> list[str]:
+        """REST base URLs of the serving replicas, without trailing slashes."""
+        urls = self.serving_urls or [self.serving_url]
+        return [str(url).rstrip("/") for url in urls]
+
+    @property
+    def serving_pool_size(self) -> int:
+        """REST connections per API process: SERVING_MAX_CONNECTIONS or the in-flight limit."""
+        return self.serving_max_connections or self.max_in_flight_requests
     model_version_ttl_s: float = Field(
         default=5.0,
         ge=0.0,
         description="How long the latest AVAILABLE model version, read from model status, "
         "is trusted before it is read again, seconds.",
+    )
+
+    # Observability (api.middleware, api.loop_monitor, api.logging_config).
+    log_level: Annotated[
+        Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], BeforeValidator(_upper)
+    ] = Field(default="INFO", description="Level of the API's JSON logs (`api.*`).")
+    access_log: bool = Field(
+        default=True, description="Write one JSON access-log line per request (`api.access`)."
+    )
+    loop_monitor_interval_s: float = Field(
+        default=0.05, gt=0.0, description="Period of the event-loop lag probe, seconds."
+    )
+    loop_block_threshold_s: float = Field(
+        default=0.1,
+        gt=0.0,
+        description="A callback holding the event loop longer than this is logged and "
+        "counted as a block, seconds.",
+    )
+    # Score events (api.events).
+    events_jsonl_path: Path = Field(
+        default=Path(tempfile.gettempdir()) / "api-score-events.jsonl",
+        description="JSON Lines file score events are appended to (when EVENTS_HTTP_URL "
+        "is not set).",
+    )
+    events_http_url: AnyHttpUrl | None = Field(
+        default=None, description="POST score events here (JSON Lines) instead of to the file."
+    )
+    events_http_timeout_s: float = Field(
+        default=2.0, gt=0.0, description="Timeout of one POST of a batch of events, seconds."
+    )
+    events_max_queue: int = Field(
+        default=10_000, ge=1, description="Score events held in memory at most; more are dropped."
+    )
+    events_batch_size: int = Field(
+        default=256, ge=1, description="Score events written to the sink per batch at most."
+    )
+    events_linger_s: float = Field(
+        default=0.05, ge=0.0, description="How long a batch waits for more events, seconds."
     )

@@ -86,6 +86,7 @@ def start_serving(
             "-m",
             "serving",
             f"--port={grpc_port}",
+            "--grpc_host=127.0.0.1",
             f"--rest_api_port={rest_port}",
             "--rest_api_host=127.0.0.1",
             f"--model_config_file={config_file}",

@@ -2,31 +2,67 @@
 
 from __future__ import annotations
 
+import time
+import uuid
+
 from fastapi import APIRouter, Request
 
+from api.events import EventPublisher, ScoreEvent
 from api.features import extract_features
+from api.limits import request_deadline
+from api.request_context import RequestContext, current_request
 from api.schemas import FraudScore, ModelInfo, Transaction
 from api.scoring import FraudScorer
 
 router = APIRouter(prefix="/v1/fraud", tags=["fraud"])
 
-_SERVING_FAILURES = {
-    502: {"description": "Serving rejected the request."},
-    503: {"description": "Serving is unreachable, failing or has no such model."},
-    504: {"description": "Serving did not answer within the timeout."},
+# Error answers, all in the shape documented in `api.errors`.
+_SERVING_FAILURES: dict[int | str, dict[str, str]] = {
+    413: {"description": "Body over MAX_BODY_BYTES (`payload_too_large`)."},
+    502: {"description": "Serving rejected the input or answered unusably (`serving_*`)."},
+    503: {"description": "Worker overloaded, or serving unreachable or misconfigured."},
+    504: {"description": "The request's time budget ran out (`deadline_exceeded`)."},
 }
 
 
 @router.post("/score", response_model=FraudScore, responses=_SERVING_FAILURES)
 async def score(transaction: Transaction, request: Request) -> FraudScore:
-    """Validate, extract features (pure, on the loop: microseconds), await serving."""
+    """Validate, extract features (pure, on the loop: microseconds), await serving.
+
+    Stages (`api.request_context`): `validate` (FastAPI's body parsing and validation,
+    before this runs), `features`, `serving`. The request's deadline (`api.limits`)
+    bounds the serving call; a request already past it is answered 504 without calling
+    serving. Publishes one `ScoreEvent` per score.
+    """
+    ctx = current_request() or RequestContext(request_id=uuid.uuid4().hex)
+    ctx.stage_since_start("validate")
     scorer: FraudScorer = request.app.state.fraud_scorer
     threshold: float = request.app.state.settings.fraud_threshold
-    scores = await scorer.score([extract_features(transaction)])
-    value = min(1.0, max(0.0, scores.values[0]))
+    with ctx.stage("features"):
+        row = extract_features(transaction)
+    deadline = request_deadline(request)
+    deadline.check("calling serving")
+    with ctx.stage("serving"):
+        scores = await scorer.score([row], deadline)
+    ctx.set_model(scorer.model_name, scores.version)
+    value = scores.values[0]  # in [0, 1]: FraudScorer refuses anything else
+    is_fraud = value >= threshold
+    events: EventPublisher = request.app.state.events
+    events.publish(
+        ScoreEvent(
+            request_id=ctx.request_id,
+            transaction_id=transaction.transaction_id,
+            score=value,
+            is_fraud=is_fraud,
+            model_name=scorer.model_name,
+            model_version=scores.version,
+            latency_ms=(time.monotonic() - ctx.started) * 1000,
+            ts=time.time(),
+        )
+    )
     return FraudScore(
         transaction_id=transaction.transaction_id,
         fraud_score=value,
-        is_fraud=value >= threshold,
+        is_fraud=is_fraud,
         model=ModelInfo(name=scorer.model_name, version=scores.version),
     )

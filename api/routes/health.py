@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from pydantic import BaseModel
 
+from api.limits import request_deadline
 from api.schemas import ModelInfo
 from api.scoring import FraudScorer
 
@@ -35,9 +36,10 @@ async def readyz(request: Request) -> Readiness:
     """Ready when serving reports a version of the fraud model AVAILABLE.
 
     Reads model status afresh on every call (no cache), so a probe sees serving go
-    down and come back. Failures are answered 503/504 by the serving-error handler.
+    down and come back, within the request's deadline. Failures are answered 503/504
+    in the error shape of `api.errors`.
     """
     scorer: FraudScorer = request.app.state.fraud_scorer
     scorer.latest.invalidate()
-    version = await scorer.latest.get()
+    version = await scorer.latest.get(request_deadline(request))
     return Readiness(status="ready", model=ModelInfo(name=scorer.model_name, version=version))

@@ -1,0 +1,94 @@
+"""Per-request time budgets: one `Deadline` from arrival to answer.
+
+Every request gets a budget (`REQUEST_TIMEOUT_S`); a caller may lower it, never raise
+it, with the `X-Request-Timeout-Ms` header. The deadline is fixed when the request
+arrives, so receiving the body, validation and feature extraction spend from the same
+budget as the call to serving, whose timeout is whatever is left (the gRPC deadline or
+the httpx timeout, see `api.serving_client`). A request whose budget runs out is
+answered 504 (`DeadlineExceeded`) instead of waiting on.
+
+All times are `time.monotonic()` seconds: wall-clock jumps (NTP) must not shorten or
+stretch a budget.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+# The header a caller lowers its budget with: a positive integer, milliseconds.
+TIMEOUT_HEADER = "x-request-timeout-ms"
+
+
+class DeadlineExceeded(Exception):
+    """The request's budget ran out before it could be answered (HTTP 504).
+
+    Attributes:
+        message: where it ran out, safe to show to callers.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class Deadline:
+    """A point in time on the monotonic clock by which an answer is due.
+
+    Attributes:
+        expires_at: `time.monotonic()` value, seconds.
+    """
+
+    expires_at: float
+
+    @classmethod
+    def after(cls, seconds: float, *, now: float | None = None) -> Deadline:
+        """The deadline `seconds` from `now` (default: `time.monotonic()`)."""
+        return cls((time.monotonic() if now is None else now) + seconds)
+
+    def remaining(self, *, now: float | None = None) -> float:
+        """Seconds left; negative once expired."""
+        return self.expires_at - (time.monotonic() if now is None else now)
+
+    def expired(self, *, now: float | None = None) -> bool:
+        """True when no time is left."""
+        return self.remaining(now=now) <= 0.0
+
+    def check(self, what: str) -> float:
+        """Seconds left before `what`; raises `DeadlineExceeded` naming `what` if none.
+
+        Call before starting work that cannot finish in no time (e.g. the serving call),
+        so an expired request is shed at once instead of being sent on.
+        """
+        left = self.remaining()
+        if left <= 0.0:
+            raise DeadlineExceeded(f"request deadline exceeded before {what}")
+        return left
+
+
+def parse_timeout_header(value: str | None, default_s: float) -> float:
+    """The request's budget in seconds: `default_s`, lowered by `X-Request-Timeout-Ms`.
+
+    Args:
+        value: the header's value, or None when absent.
+        default_s: the configured budget (`REQUEST_TIMEOUT_S`), seconds, > 0.
+
+    Returns:
+        min(default_s, value / 1000). A larger header value does not raise the budget.
+
+    Raises:
+        ValueError: the value is not a positive integer number of milliseconds; the
+            message says so (answered 422 by the caller).
+    """
+    if value is None:
+        return default_s
+    text = value.strip()
+    if not text.isascii() or not text.isdigit() or len(text) > 12:
+        raise ValueError("must be a positive integer number of milliseconds")
+    millis = int(text)
+    if millis <= 0:
+        raise ValueError("must be a positive integer number of milliseconds")
+    budget = millis / 1000.0
+    return budget if budget < default_s and math.isfinite(budget) else default_s

@@ -1,0 +1,288 @@
+"""Score events: one per scored request, published in the background.
+
+A route calls `EventPublisher.publish(ScoreEvent(...))` after it has a score. That only
+puts the event on a bounded in-memory queue (microseconds; never awaits, never blocks):
+when the queue is full the event is dropped and counted in
+`api_score_events_total{outcome="dropped_queue_full"}`. One background task, started
+and stopped by the app's lifespan, takes events off the queue in batches (up to
+`batch_size`, after lingering `linger_s` for more) and writes each batch to a sink:
+
+* `JsonlFileSink` (default): appends JSON Lines to a file, one `write(2)` per batch on
+  an `O_APPEND` descriptor, so several workers can share one file without interleaving
+  lines; the write runs in a thread, off the event loop.
+* `HttpSink`: POSTs each batch as JSON Lines (`application/x-ndjson`) to a URL, through
+  an `httpx.AsyncClient` made like the one to serving; transport errors, 429 and 5xx
+  are retried (tenacity, bounded in attempts and time).
+
+A batch the sink fails to take is logged and counted as `dropped_sink_error`. At
+shutdown (`aclose`) every event queued so far is written before the sink is closed:
+uvicorn has finished the in-flight requests by the time the lifespan ends, so an API
+that answered N scores and got SIGTERM has written N events.
+
+An event line:
+
+    {"ts": "2026-11-29T14:03:00.123Z", "request_id": "…", "transaction_id": "t-0001",
+     "score": 0.93, "is_fraud": true, "model_name": "fraud", "model_version": 1,
+     "latency_ms": 3.4}
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Final, Protocol
+
+import httpx
+import orjson
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_random_exponential,
+)
+
+from api.metrics import ApiMetrics
+
+logger = logging.getLogger("api.events")
+
+_STOP: Final = object()  # queued by aclose: everything before it is written, then the task ends
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreEvent:
+    """What one scored request produced.
+
+    Attributes:
+        request_id: the request's id (`X-Request-ID`).
+        transaction_id: the scored transaction's id.
+        score: model output in 0..1.
+        is_fraud: score >= the configured threshold.
+        model_name / model_version: the servable that produced the score.
+        latency_ms: time from the request's arrival to the score, milliseconds.
+        ts: when the score was produced, seconds since the epoch (UTC; written as
+            ISO 8601 with milliseconds).
+    """
+
+    request_id: str
+    transaction_id: str
+    score: float
+    is_fraud: bool
+    model_name: str
+    model_version: int
+    latency_ms: float
+    ts: float
+
+
+def encode_jsonl(events: Sequence[ScoreEvent]) -> bytes:
+    """The events as JSON Lines (UTF-8, one object per line, each line ending in \\n)."""
+    lines = []
+    for event in events:
+        record = asdict(event)
+        ts = datetime.fromtimestamp(event.ts, tz=UTC)
+        record["ts"] = ts.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        record["latency_ms"] = round(event.latency_ms, 3)
+        lines.append(orjson.dumps(record))
+    return b"\n".join(lines) + b"\n" if lines else b""
+
+
+class EventSink(Protocol):
+    """Where batches of events go. `write` raises on failure; the publisher counts it."""
+
+    async def write(self, events: Sequence[ScoreEvent]) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+
+class JsonlFileSink:
+    """Appends JSON Lines to `path` (created with its parent directories on first write)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def _append(self, data: bytes) -> None:
+        if self._fd is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        view = memoryview(data)
+        while view:  # a regular file takes it whole; loop in case it does not
+            view = view[os.write(self._fd, view) :]
+
+    async def write(self, events: Sequence[ScoreEvent]) -> None:
+        """Append the batch in one write, in a worker thread.
+
+        Raises:
+            OSError: the file cannot be created or written.
+        """
+        await asyncio.to_thread(self._append, encode_jsonl(events))
+
+    async def aclose(self) -> None:
+        """Close the file."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _retryable(exc: BaseException) -> bool:
+    """Transport failures, 429 and 5xx answers are worth another try; other 4xx are not."""
+    if isinstance(exc, httpx.HTTPStatusError):
+        return exc.response.status_code == 429 or exc.response.status_code >= 500
+    return isinstance(exc, httpx.TransportError)
+
+
+class HttpSink:
+    """POSTs each batch as JSON Lines to `url`.
+
+    Args:
+        client: the `httpx.AsyncClient` to use (timeouts and pool set by its maker);
+            closed by `aclose`.
+        url: absolute URL to POST to.
+        attempts: tries per batch, >= 1.
+        retry_budget_s: give up on a batch after this long, seconds.
+    """
+
+    def __init__(
+        self, client: httpx.AsyncClient, url: str, *, attempts: int = 3, retry_budget_s: float = 5.0
+    ) -> None:
+        self._client = client
+        self._url = url
+        self._attempts = attempts
+        self._budget_s = retry_budget_s
+
+    async def write(self, events: Sequence[ScoreEvent]) -> None:
+        """POST the batch; retried on transport errors, 429 and 5xx.
+
+        Raises:
+            httpx.HTTPError: the last failure once the attempts or the time are used up.
+        """
+        body = encode_jsonl(events)
+        retrying = AsyncRetrying(
+            retry=retry_if_exception(_retryable),
+            stop=stop_after_attempt(self._attempts) | stop_after_delay(self._budget_s),
+            wait=wait_random_exponential(multiplier=0.1, max=1.0),
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
+                response = await self._client.post(
+                    self._url, content=body, headers={"content-type": "application/x-ndjson"}
+                )
+                response.raise_for_status()
+
+    async def aclose(self) -> None:
+        """Close the HTTP client."""
+        await self._client.aclose()
+
+
+class EventPublisher:
+    """A bounded queue of score events and the task that writes them to a sink.
+
+    Args:
+        sink: where batches go.
+        metrics: `api_score_events_total` is recorded here.
+        max_queue: events held at most; more are dropped (>= 1).
+        batch_size: events per sink write at most (>= 1).
+        linger_s: after the first event of a batch, how long to wait for more, seconds.
+    """
+
+    def __init__(
+        self,
+        sink: EventSink,
+        metrics: ApiMetrics,
+        *,
+        max_queue: int,
+        batch_size: int,
+        linger_s: float,
+    ) -> None:
+        if max_queue < 1 or batch_size < 1 or linger_s < 0:
+            raise ValueError("max_queue and batch_size must be >= 1, linger_s >= 0")
+        self.sink = sink
+        self._max_queue = max_queue
+        self._batch_size = batch_size
+        self._linger_s = linger_s
+        # Unbounded underneath, bounded by `publish`: so the stop marker always fits.
+        self._queue: asyncio.Queue[object] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+        # Ends a batch's linger early: set when a full batch is queued or at close.
+        self._wake = asyncio.Event()
+        self._written = metrics.child(metrics.score_events, "written")
+        self._dropped_full = metrics.child(metrics.score_events, "dropped_queue_full")
+        self._dropped_sink = metrics.child(metrics.score_events, "dropped_sink_error")
+
+    def publish(self, event: ScoreEvent) -> bool:
+        """Queue `event` for writing; never blocks.
+
+        Returns:
+            False when the event was dropped (queue full, or the publisher is closed).
+        """
+        if self._closed or self._queue.qsize() >= self._max_queue:
+            self._dropped_full.inc()
+            return False
+        self._queue.put_nowait(event)
+        if self._queue.qsize() >= self._batch_size:
+            self._wake.set()
+        return True
+
+    def start(self) -> None:
+        """Start the writer task on the running loop."""
+        self._task = asyncio.create_task(self._run(), name="score-event-writer")
+
+    async def aclose(self) -> None:
+        """Write every event queued so far, then close the sink. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._task is not None:
+            self._queue.put_nowait(_STOP)
+            self._wake.set()
+            await self._task
+        await self.sink.aclose()
+
+    async def _run(self) -> None:
+        stopping = False
+        while not stopping:
+            batch: list[ScoreEvent] = []
+            item = await self._queue.get()
+            if item is _STOP:
+                break
+            batch.append(item)  # type: ignore[arg-type]
+            if self._linger_s and not self._closed and self._queue.qsize() < self._batch_size - 1:
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self._linger_s)
+            while len(batch) < self._batch_size and not self._queue.empty():
+                item = self._queue.get_nowait()
+                if item is _STOP:
+                    stopping = True
+                    break
+                batch.append(item)  # type: ignore[arg-type]
+            await self._write(batch)
+        # Anything queued after the stop marker (nothing, once requests are done) is
+        # written too rather than lost.
+        rest = [e for e in _drain(self._queue) if e is not _STOP]
+        for i in range(0, len(rest), self._batch_size):
+            await self._write(rest[i : i + self._batch_size])  # type: ignore[arg-type]
+
+    async def _write(self, batch: list[ScoreEvent]) -> None:
+        try:
+            await self.sink.write(batch)
+        except Exception as exc:  # a failing sink must not stop the writer
+            self._dropped_sink.inc(len(batch))
+            logger.warning("score event sink failed, %d events dropped: %r", len(batch), exc)
+        else:
+            self._written.inc(len(batch))
+
+
+def _drain(queue: asyncio.Queue[object]) -> list[object]:
+    items = []
+    while not queue.empty():
+        items.append(queue.get_nowait())
+    return items

@@ -1,0 +1,123 @@
+"""One serving replica over TF Serving's gRPC API (port 8500), through `grpc.aio`.
+
+Uses the project's own wire-compatible protos (`api.protos`): the method paths are
+TF Serving's (`/tensorflow.serving.PredictionService/Predict`,
+`/tensorflow.serving.ModelService/GetModelStatus`) without importing TensorFlow. The
+channel must be created inside the worker's running event loop (`grpc.aio` binds to
+it), i.e. in the app's lifespan after gunicorn's fork. Each call's gRPC deadline is
+what is left of the request's `Deadline`, capped by `call_timeout_s`; serving sees it
+as `grpc-timeout` and can drop work nobody waits for. gRPC status codes are the
+canonical codes, so the translation is `Code[status.name]`, here and nowhere else.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from api.deadlines import Deadline
+from api.protos.tensorflow_serving.apis import (
+    get_model_status_pb2,
+    model_service_pb2_grpc,
+    prediction_service_pb2_grpc,
+)
+from api.request_context import outgoing_headers
+from api.serving_client._errors import Code, ServingError, ServingRejected, ServingTimeout, error_for_code
+from api.serving_client._tensor_proto import (
+    model_status_from_proto,
+    predict_request_to_proto,
+    predict_response_from_proto,
+)
+from api.serving_client._types import ModelStatus, PredictRequest, PredictResponse
+
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+# Channel arguments (grpc/grpc include/grpc/impl/channel_arg_names.h).
+CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
+    # TF Serving's own client examples raise the 4 MB default for large tensors.
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    # Reconnect quickly once a restarted replica is back: the defaults back off up to
+    # 120 s, during which every call to that replica fails fast with UNAVAILABLE.
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+    # Notice a peer that vanished without closing the connection.
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    # Retries happen in one place, ReplicatedClient, which can move to another replica.
+    ("grpc.enable_retries", 0),
+)
+
+
+class GrpcTransport:
+    """TF Serving gRPC client for one replica (`ServingClient`).
+
+    Args:
+        target: "host:port" of the replica's gRPC port.
+        call_timeout_s: upper bound of one call, seconds; the request's deadline
+            usually ends it sooner.
+    """
+
+    def __init__(self, target: str, *, call_timeout_s: float) -> None:
+        self.target = target
+        self._call_timeout_s = call_timeout_s
+        self._channel = grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
+        self._predict = prediction_service_pb2_grpc.PredictionServiceStub(self._channel).Predict
+        self._status = model_service_pb2_grpc.ModelServiceStub(self._channel).GetModelStatus
+
+    def __repr__(self) -> str:
+        return f"GrpcTransport({self.target!r})"
+
+    async def predict(self, request: PredictRequest, deadline: Deadline) -> PredictResponse:
+        """`PredictionService.Predict`, inputs as `tensor_content`.
+
+        Raises:
+            ServingError subclasses (see `api.serving_client`).
+        """
+        try:
+            message = predict_request_to_proto(request)
+        except (ValueError, TypeError, OverflowError) as exc:
+            raise ServingRejected(f"an input cannot be encoded as its dtype ({exc})") from exc
+        answer = await self._call(self._predict, message, deadline)
+        try:
+            return predict_response_from_proto(answer)
+        except ServingError as exc:
+            exc.target = self.target
+            raise
+
+    async def model_status(self, model_name: str, deadline: Deadline) -> ModelStatus:
+        """`ModelService.GetModelStatus`: every version's state.
+
+        Raises:
+            ServingError subclasses (see `api.serving_client`).
+        """
+        message = get_model_status_pb2.GetModelStatusRequest()
+        message.model_spec.name = model_name
+        return model_status_from_proto(await self._call(self._status, message, deadline))
+
+    async def aclose(self) -> None:
+        """Close the channel (calls still running are cancelled)."""
+        await self._channel.close()
+
+    async def _call(self, method: grpc.aio.UnaryUnaryMultiCallable, message: Any, deadline: Deadline) -> Any:
+        """One unary call with the deadline's remaining budget as its gRPC deadline."""
+        budget = min(deadline.remaining(), self._call_timeout_s)
+        if budget <= 0:
+            raise ServingTimeout("request deadline passed before the call", target=self.target)
+        metadata = tuple(outgoing_headers().items())
+        try:
+            return await method(message, timeout=budget, metadata=metadata)
+        except grpc.aio.AioRpcError as exc:
+            raise self._translate(exc) from None
+
+    def _translate(self, exc: grpc.aio.AioRpcError) -> ServingError:
+        code = Code[exc.code().name]
+        # UNAVAILABLE while the channel cannot connect means the replica is down, not
+        # that one connection broke: let the caller skip it for a while.
+        down = code is Code.UNAVAILABLE and (
+            self._channel.get_state(try_to_connect=False) is grpc.ChannelConnectivity.TRANSIENT_FAILURE
+        )
+        return error_for_code(code, exc.details() or code.name, replica_down=down, target=self.target)

@@ -1,0 +1,143 @@
+"""Codec between the client's types and TF Serving's REST JSON (api_rest.md).
+
+Requests use the columnar format, `{"signature_name": ..., "inputs": {name: nested
+lists}}`, whose answer is `{"outputs": {name: nested lists}}`, or `{"outputs": nested
+lists}` when the signature has a single output (kept under the name ""). TF Serving
+writes non-finite floats as the bare tokens `NaN`, `Infinity` and `-Infinity`, which
+strict JSON parsers (orjson) reject: `loads` falls back to the standard library's
+parser for those bodies. Pure: no I/O, no httpx import.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+from urllib.parse import quote
+
+import orjson
+
+from api.serving_client._errors import ServingBadResponse
+from api.serving_client._types import ModelStatus, PredictRequest, PredictResponse, Scalar, Tensor, VersionStatus
+
+
+def loads(content: bytes) -> Any:
+    """Parse a JSON body, accepting TF Serving's `NaN` / `Infinity` / `-Infinity`.
+
+    Raises:
+        ValueError: not JSON even with those tokens.
+    """
+    try:
+        return orjson.loads(content)
+    except orjson.JSONDecodeError:
+        return json.loads(content)  # Python's parser maps the three tokens to floats
+
+
+def predict_body(request: PredictRequest) -> bytes:
+    """The JSON body of `POST /v1/models/...:predict`, columnar format."""
+    inputs = {name: tensor.to_nested() for name, tensor in request.inputs.items()}
+    return orjson.dumps({"signature_name": request.model_spec.signature_name, "inputs": inputs})
+
+
+def predict_path(request: PredictRequest) -> str:
+    """`/v1/models/{name}[/versions/{v}]:predict` (names are URL-path-escaped)."""
+    spec = request.model_spec
+    path = f"/v1/models/{quote(spec.name, safe='')}"
+    if spec.version is not None:
+        path += f"/versions/{spec.version}"
+    return path + ":predict"
+
+
+def predict_response(answer: Any, request: PredictRequest) -> PredictResponse:
+    """Decode a predict answer; keeps only `request.output_filter` outputs when set.
+
+    Raises:
+        ServingBadResponse: no `outputs`, or an output that is not a rectangular array.
+    """
+    outputs = answer.get("outputs") if isinstance(answer, dict) else None
+    if outputs is None:
+        raise ServingBadResponse("serving's predict answer has no 'outputs'")
+    named = outputs if isinstance(outputs, dict) else {"": outputs}
+    if request.output_filter and isinstance(outputs, dict):
+        named = {k: v for k, v in named.items() if k in request.output_filter}
+    return PredictResponse({name: tensor_from_json(name, value) for name, value in named.items()})
+
+
+def tensor_from_json(name: str, value: Any) -> Tensor:
+    """Nested lists (or a scalar) from TF Serving's JSON as a `Tensor` (dtype None).
+
+    Numbers stay Python ints or floats (NaN and infinities included), strings become
+    UTF-8 bytes, `{"b64": ...}` objects their decoded bytes.
+
+    Raises:
+        ServingBadResponse: a ragged array or a value of another JSON type.
+    """
+    shape: list[int] = []
+    probe = value
+    while isinstance(probe, list):
+        shape.append(len(probe))
+        if not probe:
+            break
+        probe = probe[0]
+    flat: list[Scalar] = []
+    _flatten(name, value, shape, 0, flat)
+    return Tensor(tuple(shape), flat)
+
+
+def _flatten(name: str, value: Any, shape: list[int], depth: int, out: list[Scalar]) -> None:
+    if depth == len(shape):
+        out.append(_scalar(name, value))
+        return
+    if not isinstance(value, list) or len(value) != shape[depth]:
+        raise ServingBadResponse(f"serving answered output '{name}' as a ragged array")
+    for item in value:
+        _flatten(name, item, shape, depth + 1, out)
+
+
+def _scalar(name: str, value: Any) -> Scalar:
+    if isinstance(value, (bool, int, float)):
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, dict) and isinstance(value.get("b64"), str):
+        try:
+            return base64.b64decode(value["b64"], validate=True)
+        except ValueError:
+            pass
+    raise ServingBadResponse(f"serving answered output '{name}' with a non-tensor value")
+
+
+def model_status(answer: Any) -> ModelStatus:
+    """Decode `GET /v1/models/{name}` (GetModelStatusResponse in proto3 JSON).
+
+    Raises:
+        ServingBadResponse: not that message.
+    """
+    entries = answer.get("model_version_status") if isinstance(answer, dict) else None
+    if not isinstance(entries, list):
+        raise ServingBadResponse("serving's model status answer has no 'model_version_status'")
+    versions = []
+    try:
+        for entry in entries:
+            status = entry.get("status") or {}
+            versions.append(
+                VersionStatus(
+                    version=int(entry["version"]),  # int64: a JSON string in proto3 JSON
+                    state=str(entry.get("state", "UNKNOWN")),
+                    error_message=str(status.get("error_message", "")),
+                )
+            )
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ServingBadResponse(f"serving's model status answer is malformed ({exc!r})") from exc
+    return ModelStatus(tuple(versions))
+
+
+def error_message(content: bytes, fallback: str) -> str:
+    """TF Serving's `{"error": "..."}` text, else the body itself (else `fallback`)."""
+    try:
+        body = loads(content)
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and isinstance(body.get("error"), str):
+        return str(body["error"])
+    return content[:500].decode("utf-8", "replace") or fallback

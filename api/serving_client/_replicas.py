@@ -1,0 +1,159 @@
+"""Round-robin over serving replicas, with retries of UNAVAILABLE on another replica.
+
+`ReplicatedClient` spreads calls over the replicas in turn. A call that fails with
+UNAVAILABLE (nothing ran, or the connection died under it; see
+`_errors.is_retryable`) is tried again on a replica it has not tried yet, at once;
+once every replica has been tried, the next attempt waits a jittered exponential
+backoff. Attempts stop at `max_attempts` or when the next one would start after the
+request's deadline, whichever is first; the last error is raised.
+
+Retries use tenacity: its stop, wait and retry policies are composed per call with
+the request's deadline (`stop_before_delay` on the time left). Picking the replica is
+the only part tenacity does not know about; it happens inside each attempt.
+
+A replica that could not be connected to at all (`ServingError.replica_down`) is
+skipped for `eject_s` seconds (outlier ejection), so a dead replica costs one failed
+connect per `eject_s` instead of one per request; when all are ejected, the rotation
+goes on over all of them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
+
+import tenacity
+
+from api.deadlines import Deadline
+from api.serving_client._errors import ServingError, is_retryable
+from api.serving_client._types import ModelStatus, PredictRequest, PredictResponse, ServingClient
+
+T = TypeVar("T")
+
+
+class RoundRobin:
+    """Which replica goes next: rotation, skipping ejected and already-tried ones.
+
+    Args:
+        size: number of replicas (>= 1).
+        eject_s: how long a replica marked down is skipped, seconds.
+    """
+
+    def __init__(self, size: int, eject_s: float) -> None:
+        if size < 1:
+            raise ValueError("at least one replica is needed")
+        self._size = size
+        self._eject_s = eject_s
+        self._next = 0
+        self._down_until = [float("-inf")] * size
+
+    def pick(self, now: float, tried: frozenset[int] | set[int] = frozenset()) -> int:
+        """The next replica in turn that is up and not in `tried`.
+
+        Falls back, in this order, to the next one up (tried or not), the next one not
+        tried (ejected or not), the next one at all: there is always an answer.
+        """
+        order = [(self._next + i) % self._size for i in range(self._size)]
+        up = [r for r in order if self._down_until[r] <= now]
+        for candidates in (
+            [r for r in up if r not in tried],
+            up,
+            [r for r in order if r not in tried],
+            order,
+        ):
+            if candidates:
+                chosen = candidates[0]
+                self._next = (chosen + 1) % self._size
+                return chosen
+        raise AssertionError("unreachable")
+
+    def untried_up(self, now: float, tried: set[int]) -> bool:
+        """True when some replica is neither in `tried` nor ejected."""
+        return any(r not in tried and self._down_until[r] <= now for r in range(self._size))
+
+    def mark_down(self, replica: int, now: float) -> None:
+        """Skip `replica` until `now + eject_s`."""
+        self._down_until[replica] = now + self._eject_s
+
+    def mark_up(self, replica: int) -> None:
+        """`replica` answered: stop skipping it."""
+        self._down_until[replica] = float("-inf")
+
+
+class ReplicatedClient:
+    """A `ServingClient` over several replicas of the same serving tier.
+
+    Args:
+        replicas: one transport per replica (all REST or all gRPC).
+        max_attempts: attempts per call at most, across replicas (>= 1).
+        eject_s: how long a replica that refused connections is skipped, seconds.
+        backoff_initial_s / backoff_max_s: backoff once every replica was tried:
+            exponential from `backoff_initial_s`, at most `backoff_max_s`, plus up to
+            `backoff_initial_s` of jitter.
+    """
+
+    def __init__(
+        self,
+        replicas: Sequence[ServingClient],
+        *,
+        max_attempts: int,
+        eject_s: float = 1.0,
+        backoff_initial_s: float = 0.01,
+        backoff_max_s: float = 0.2,
+    ) -> None:
+        if max_attempts < 1:
+            raise ValueError("max_attempts must be >= 1")
+        self.replicas = tuple(replicas)
+        self._rotation = RoundRobin(len(self.replicas), eject_s)
+        self._max_attempts = max_attempts
+        self._backoff = tenacity.wait_exponential_jitter(
+            multiplier=backoff_initial_s, max=backoff_max_s, jitter=backoff_initial_s
+        )
+
+    def __repr__(self) -> str:
+        return f"ReplicatedClient({list(self.replicas)!r})"
+
+    async def predict(self, request: PredictRequest, deadline: Deadline) -> PredictResponse:
+        """Predict on the next replica; UNAVAILABLE retried on another (see module doc)."""
+        return await self._call(lambda replica: replica.predict(request, deadline), deadline)
+
+    async def model_status(self, model_name: str, deadline: Deadline) -> ModelStatus:
+        """Model status from the next replica; UNAVAILABLE retried on another."""
+        return await self._call(lambda replica: replica.model_status(model_name, deadline), deadline)
+
+    async def aclose(self) -> None:
+        """Close every replica's transport."""
+        for replica in self.replicas:
+            await replica.aclose()
+
+    async def _call(self, fn: Callable[[ServingClient], Awaitable[T]], deadline: Deadline) -> T:
+        tried: set[int] = set()
+        rotation = self._rotation
+
+        def wait(state: tenacity.RetryCallState) -> float:
+            # Another replica is worth trying at once; after a full round, back off.
+            if rotation.untried_up(time.monotonic(), tried):
+                return 0.0
+            return self._backoff(state)
+
+        retrying = tenacity.AsyncRetrying(
+            stop=tenacity.stop_after_attempt(self._max_attempts)
+            | tenacity.stop_before_delay(max(0.0, deadline.remaining())),
+            wait=wait,
+            retry=tenacity.retry_if_exception(is_retryable),
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
+                index = rotation.pick(time.monotonic(), tried)
+                tried.add(index)
+                try:
+                    result = await fn(self.replicas[index])
+                except ServingError as exc:
+                    if exc.replica_down:
+                        rotation.mark_down(index, time.monotonic())
+                    raise
+                rotation.mark_up(index)
+                return result
+        raise AssertionError("unreachable: tenacity re-raises the last error")

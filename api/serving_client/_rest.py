@@ -1,0 +1,141 @@
+"""One serving replica over TF Serving's REST API (port 8501), through a shared httpx client.
+
+The `httpx.AsyncClient` is shared by all REST replicas of a worker and owned by
+`open_serving_client`; its pool is sized to the worker's in-flight limit and its idle
+connections expire before serving's own keep-alive timeout closes them (see
+`_factory.http_client`). Each call's timeout is what is left of the request's
+`Deadline`, capped by `call_timeout_s`, and bounds the whole exchange, not only each
+read. httpx exceptions are translated here, in `_TRANSPORT_ERRORS`, and never leave.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from api.deadlines import Deadline
+from api.request_context import outgoing_headers
+from api.serving_client import _json
+from api.serving_client._errors import (
+    ServingBadResponse,
+    ServingError,
+    ServingTimeout,
+    ServingUnavailable,
+    code_for_http_status,
+    error_for_code,
+)
+from api.serving_client._types import ModelStatus, PredictRequest, PredictResponse
+
+# httpx failure -> (error class, replica_down, what happened). First match wins, so
+# subclasses come before their bases. A connect failure marks the replica down (skip it
+# for a while); a connection that died under a request does not: it is usually a pooled
+# connection serving closed while idle, and the retry goes out on a fresh one.
+_TRANSPORT_ERRORS: tuple[tuple[type[Exception], type[ServingError], bool, str], ...] = (
+    (httpx.ConnectTimeout, ServingUnavailable, True, "connect timed out"),
+    (httpx.PoolTimeout, ServingTimeout, False, "no free connection to serving in time"),
+    (httpx.TimeoutException, ServingTimeout, False, "no answer in time"),
+    (httpx.ConnectError, ServingUnavailable, True, "connection refused or unreachable"),
+    (httpx.RemoteProtocolError, ServingUnavailable, False, "connection closed by serving"),
+    (httpx.ReadError, ServingUnavailable, False, "connection lost while reading"),
+    (httpx.WriteError, ServingUnavailable, False, "connection lost while writing"),
+    (httpx.TransportError, ServingUnavailable, False, "transport error"),
+)
+
+
+def translate_transport_error(exc: Exception, target: str) -> ServingError:
+    """The `ServingError` for an httpx exception (table `_TRANSPORT_ERRORS`)."""
+    for httpx_cls, cls, replica_down, what in _TRANSPORT_ERRORS:
+        if isinstance(exc, httpx_cls):
+            return cls(f"{what} ({type(exc).__name__})", replica_down=replica_down, target=target)
+    raise TypeError(f"not an httpx transport error: {exc!r}")
+
+
+class RestTransport:
+    """TF Serving REST client for one replica (`ServingClient`).
+
+    Args:
+        http: the worker's shared client (no base_url needed).
+        base_url: the replica, e.g. "http://serving-1:8501".
+        call_timeout_s: upper bound of one call, seconds; the request's deadline
+            usually ends it sooner.
+        connect_timeout_s: TCP connect timeout, seconds (also capped by the deadline).
+    """
+
+    def __init__(
+        self,
+        http: httpx.AsyncClient,
+        base_url: str,
+        *,
+        call_timeout_s: float,
+        connect_timeout_s: float,
+    ) -> None:
+        self._http = http
+        self.target = base_url.rstrip("/")
+        self._call_timeout_s = call_timeout_s
+        self._connect_timeout_s = connect_timeout_s
+
+    def __repr__(self) -> str:
+        return f"RestTransport({self.target!r})"
+
+    async def predict(self, request: PredictRequest, deadline: Deadline) -> PredictResponse:
+        """`POST /v1/models/{name}[/versions/{v}]:predict` (columnar JSON).
+
+        Raises:
+            ServingError subclasses (see `api.serving_client`).
+        """
+        answer = await self._call("POST", _json.predict_path(request), deadline, _json.predict_body(request))
+        try:
+            return _json.predict_response(answer, request)
+        except ServingError as exc:
+            exc.target = self.target
+            raise
+
+    async def model_status(self, model_name: str, deadline: Deadline) -> ModelStatus:
+        """`GET /v1/models/{name}`: every version's state.
+
+        Raises:
+            ServingError subclasses (see `api.serving_client`).
+        """
+        answer = await self._call("GET", f"/v1/models/{quote(model_name, safe='')}", deadline)
+        try:
+            return _json.model_status(answer)
+        except ServingError as exc:
+            exc.target = self.target
+            raise
+
+    async def aclose(self) -> None:
+        """Nothing to release: the shared httpx client is closed by its owner."""
+
+    async def _call(self, method: str, path: str, deadline: Deadline, body: bytes | None = None) -> Any:
+        """Send one request within the deadline; the parsed JSON body of a 2xx answer."""
+        budget = min(deadline.remaining(), self._call_timeout_s)
+        if budget <= 0:
+            raise ServingTimeout("request deadline passed before the call", target=self.target)
+        timeout = httpx.Timeout(budget, connect=min(budget, self._connect_timeout_s))
+        headers = outgoing_headers()
+        if body is not None:
+            headers["content-type"] = "application/json"
+        try:
+            # httpx's timeouts bound each connect/read/write; asyncio.timeout bounds the
+            # whole exchange, so a slow trickle of bytes cannot outlive the deadline.
+            async with asyncio.timeout(budget):
+                response = await self._http.request(
+                    method, self.target + path, content=body, headers=headers, timeout=timeout
+                )
+        except TimeoutError:
+            raise ServingTimeout("no answer within the request deadline", target=self.target) from None
+        except httpx.TransportError as exc:
+            raise translate_transport_error(exc, self.target) from exc
+        status = response.status_code
+        if status < 300:
+            try:
+                return _json.loads(response.content)
+            except ValueError as exc:
+                raise ServingBadResponse("serving sent a body that is not JSON", target=self.target) from exc
+        message = _json.error_message(response.content, response.reason_phrase)
+        code = code_for_http_status(status, message)
+        raise error_for_code(code, message, status_code=status, target=self.target) from None
+

@@ -1,0 +1,177 @@
+"""Codec between the client's types and TF Serving's gRPC messages (`api.protos`).
+
+Numeric tensors are written to `TensorProto.tensor_content`: the raw little-endian
+bytes of the values in row-major order, which TF Serving copies into a tensor without
+per-value parsing (tensor.proto). Reading accepts both `tensor_content` and the typed
+`*_val` fields, with TensorFlow's rule that a typed field shorter than the shape repeats
+its last value (a single value fills the tensor). Pure: no I/O, no grpc import; NumPy
+is not needed (`array` does the byte conversion).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from array import array
+from collections.abc import Sequence
+
+from api.protos.tensorflow.core.framework import tensor_pb2
+from api.protos.tensorflow_serving.apis import get_model_status_pb2, predict_pb2
+from api.serving_client._errors import ServingBadResponse
+from api.serving_client._types import (
+    DataType,
+    ModelStatus,
+    PredictRequest,
+    PredictResponse,
+    Scalar,
+    Tensor,
+    VersionStatus,
+)
+
+# dtype -> (array typecode, bytes per value, typed TensorProto field). DT_BOOL is one
+# byte per value, 0 or 1, read as unsigned bytes.
+_LAYOUT: dict[DataType, tuple[str, int, str]] = {
+    DataType.DT_FLOAT: ("f", 4, "float_val"),
+    DataType.DT_DOUBLE: ("d", 8, "double_val"),
+    DataType.DT_INT32: ("i", 4, "int_val"),
+    DataType.DT_INT16: ("h", 2, "int_val"),
+    DataType.DT_INT8: ("b", 1, "int_val"),
+    DataType.DT_UINT8: ("B", 1, "int_val"),
+    DataType.DT_UINT16: ("H", 2, "int_val"),
+    DataType.DT_INT64: ("q", 8, "int64_val"),
+    DataType.DT_UINT32: ("I", 4, "uint32_val"),
+    DataType.DT_UINT64: ("Q", 8, "uint64_val"),
+    DataType.DT_BOOL: ("B", 1, "bool_val"),
+}
+for _typecode, _size, _ in _LAYOUT.values():  # array's C types must have the wire sizes
+    assert array(_typecode).itemsize == _size, (_typecode, _size)
+_SWAP = sys.byteorder != "little"  # tensor_content is little-endian on every TF host
+
+
+def tensor_to_proto(tensor: Tensor, out: tensor_pb2.TensorProto | None = None) -> tensor_pb2.TensorProto:
+    """Encode `tensor` (dtype required) as a TensorProto, numbers via tensor_content.
+
+    Args:
+        tensor: the tensor; `dtype` must be set.
+        out: a message to fill in place (e.g. `request.inputs[name]`); a new one if None.
+
+    Raises:
+        ValueError: no dtype, or a dtype this codec does not write.
+        OverflowError / TypeError: a value does not fit the dtype.
+    """
+    proto = tensor_pb2.TensorProto() if out is None else out
+    if tensor.dtype is None:
+        raise ValueError("a tensor sent over gRPC needs a dtype")
+    proto.dtype = int(tensor.dtype)
+    for size in tensor.shape:
+        proto.tensor_shape.dim.add().size = size
+    if tensor.dtype is DataType.DT_STRING:
+        proto.string_val.extend(tensor.values)  # type: ignore[arg-type]
+        return proto
+    layout = _LAYOUT.get(tensor.dtype)
+    if layout is None:
+        raise ValueError(f"cannot encode dtype {tensor.dtype.name}")
+    values = array(layout[0], tensor.values)  # type: ignore[arg-type]
+    if _SWAP:
+        values.byteswap()
+    proto.tensor_content = values.tobytes()
+    return proto
+
+
+def tensor_from_proto(proto: tensor_pb2.TensorProto) -> Tensor:
+    """Decode a TensorProto (tensor_content or typed values) into a `Tensor`.
+
+    Raises:
+        ServingBadResponse: unknown rank or dimensions, an unsupported dtype, or a value
+            count that does not match the shape.
+    """
+    if proto.tensor_shape.unknown_rank:
+        raise ServingBadResponse("serving answered a tensor of unknown rank")
+    shape = tuple(d.size for d in proto.tensor_shape.dim)
+    if any(d < 0 for d in shape):
+        raise ServingBadResponse(f"serving answered a tensor of unknown shape {list(shape)}")
+    count = math.prod(shape)
+    try:
+        dtype = DataType(proto.dtype)
+    except ValueError:
+        raise ServingBadResponse(f"serving answered a tensor of unsupported dtype {proto.dtype}") from None
+    values: Sequence[Scalar]
+    if dtype is DataType.DT_STRING:
+        values = _fill(list(proto.string_val), count, dtype)
+    else:
+        layout = _LAYOUT.get(dtype)
+        if layout is None:
+            raise ServingBadResponse(f"serving answered a tensor of unsupported dtype {dtype.name}")
+        typecode, size, field_name = layout
+        if proto.tensor_content:
+            if len(proto.tensor_content) != count * size:
+                raise ServingBadResponse(
+                    f"serving answered {len(proto.tensor_content)} bytes of tensor_content "
+                    f"for a {dtype.name} tensor of shape {list(shape)}"
+                )
+            decoded = array(typecode)
+            decoded.frombytes(proto.tensor_content)
+            if _SWAP:
+                decoded.byteswap()
+            values = decoded.tolist()
+        else:
+            values = _fill(list(getattr(proto, field_name)), count, dtype)
+        if dtype is DataType.DT_BOOL:
+            values = [bool(v) for v in values]
+    return Tensor(shape, values, dtype)
+
+
+def _fill(values: list[Scalar], count: int, dtype: DataType) -> list[Scalar]:
+    """TensorFlow's rule for typed fields: fewer values than elements repeat the last."""
+    if len(values) == count:
+        return values
+    if values and len(values) < count:
+        return values + [values[-1]] * (count - len(values))
+    if not values and count == 0:
+        return values
+    raise ServingBadResponse(
+        f"serving answered {len(values)} {dtype.name} values for a tensor of {count} elements"
+    )
+
+
+def predict_request_to_proto(request: PredictRequest) -> predict_pb2.PredictRequest:
+    """Encode a `PredictRequest` as TF Serving's `tensorflow.serving.PredictRequest`.
+
+    Raises:
+        ValueError, OverflowError, TypeError: an input cannot be encoded (see
+            `tensor_to_proto`).
+    """
+    proto = predict_pb2.PredictRequest()
+    spec = request.model_spec
+    proto.model_spec.name = spec.name
+    proto.model_spec.signature_name = spec.signature_name
+    if spec.version is not None:
+        proto.model_spec.version.value = spec.version
+    for name, tensor in request.inputs.items():
+        tensor_to_proto(tensor, proto.inputs[name])
+    proto.output_filter.extend(request.output_filter)
+    return proto
+
+
+def predict_response_from_proto(proto: predict_pb2.PredictResponse) -> PredictResponse:
+    """Decode `tensorflow.serving.PredictResponse`; `model_version` from its model_spec.
+
+    Raises:
+        ServingBadResponse: an output cannot be decoded.
+    """
+    outputs = {name: tensor_from_proto(t) for name, t in proto.outputs.items()}
+    version = proto.model_spec.version.value if proto.model_spec.HasField("version") else None
+    return PredictResponse(outputs=outputs, model_version=version)
+
+
+def model_status_from_proto(proto: get_model_status_pb2.GetModelStatusResponse) -> ModelStatus:
+    """Decode `GetModelStatusResponse` (state names as in get_model_status.proto)."""
+    state_name = get_model_status_pb2.ModelVersionStatus.State.Name
+    versions = []
+    for entry in proto.model_version_status:
+        try:
+            state = state_name(entry.state)
+        except ValueError:
+            state = "UNKNOWN"
+        versions.append(VersionStatus(entry.version, state, entry.status.error_message))
+    return ModelStatus(tuple(versions))

@@ -1,0 +1,203 @@
+"""The client's transport-neutral request and response types.
+
+One internal representation of TF Serving's Predict and GetModelStatus calls; the REST
+JSON (`_json`) and the gRPC protos (`_tensor_proto`) are codecs at the edges. A tensor
+is a flat, row-major sequence of values plus a shape, like `TensorProto` with its
+`tensor_content`: batch-first `[batch, ...]` for model inputs and outputs.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, Union
+
+from api.deadlines import Deadline
+
+Scalar = Union[float, int, bool, bytes]
+
+
+class DataType(enum.IntEnum):
+    """Tensor element types: names and numbers of `tensorflow.DataType` (types.proto)."""
+
+    DT_INVALID = 0
+    DT_FLOAT = 1
+    DT_DOUBLE = 2
+    DT_INT32 = 3
+    DT_UINT8 = 4
+    DT_INT16 = 5
+    DT_INT8 = 6
+    DT_STRING = 7
+    DT_INT64 = 9
+    DT_BOOL = 10
+    DT_UINT16 = 17
+    DT_UINT32 = 22
+    DT_UINT64 = 23
+
+
+@dataclass(frozen=True, slots=True)
+class Tensor:
+    """A dense tensor: `values` flat in row-major order, `len(values) == prod(shape)`.
+
+    Attributes:
+        shape: dimensions, outermost (the batch) first; () for a scalar.
+        values: the elements, flat. Floats for DT_FLOAT/DT_DOUBLE, ints for integer
+            types, bools, bytes for DT_STRING.
+        dtype: element type; None when the transport does not say (REST answers carry
+            JSON numbers only).
+
+    Raises:
+        ValueError: a negative dimension, or a value count that does not match the shape.
+    """
+
+    shape: tuple[int, ...]
+    values: Sequence[Scalar]
+    dtype: DataType | None = None
+
+    def __post_init__(self) -> None:
+        if any(d < 0 for d in self.shape):
+            raise ValueError(f"tensor shape {list(self.shape)} has a negative dimension")
+        if len(self.values) != math.prod(self.shape):
+            raise ValueError(
+                f"tensor of shape {list(self.shape)} needs {math.prod(self.shape)} values, "
+                f"got {len(self.values)}"
+            )
+
+    @classmethod
+    def from_rows(cls, rows: Sequence[Sequence[float]], dtype: DataType = DataType.DT_FLOAT) -> Tensor:
+        """A `[len(rows), width]` tensor from equal-length rows.
+
+        Raises:
+            ValueError: rows of different lengths, or no rows.
+        """
+        if not rows:
+            raise ValueError("a batch needs at least one row")
+        width = len(rows[0])
+        flat: list[Scalar] = []
+        for row in rows:
+            if len(row) != width:
+                raise ValueError(f"rows of different lengths: {width} and {len(row)}")
+            flat.extend(row)
+        return cls((len(rows), width), flat, dtype)
+
+    @property
+    def batch_size(self) -> int:
+        """Size of the first dimension (1 for a scalar)."""
+        return self.shape[0] if self.shape else 1
+
+    @property
+    def row_size(self) -> int:
+        """Elements per batch row: the product of the dimensions after the first."""
+        return math.prod(self.shape[1:])
+
+    def to_nested(self) -> object:
+        """The values as nested lists of the tensor's shape (TF Serving's JSON form)."""
+        return nest(self.values, self.shape)
+
+
+def nest(flat: Sequence[Scalar], shape: Sequence[int]) -> object:
+    """Row-major `flat` as nested lists of `shape`; a scalar for shape ()."""
+    if not shape:
+        return flat[0]
+    if len(shape) == 1:
+        return list(flat)
+    step = math.prod(shape[1:])
+    return [nest(flat[i * step : (i + 1) * step], shape[1:]) for i in range(shape[0])]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """Which servable to call (tensorflow_serving/apis/model.proto `ModelSpec`).
+
+    Attributes:
+        name: servable name, e.g. "fraud".
+        signature_name: SignatureDef key.
+        version: pin this version; None lets serving pick its latest.
+    """
+
+    name: str
+    signature_name: str = "serving_default"
+    version: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PredictRequest:
+    """A Predict call (predict.proto `PredictRequest`).
+
+    Attributes:
+        model_spec: servable, signature and optional version.
+        inputs: signature input name -> tensor, batch first.
+        output_filter: output names to return; () for all of them. Sent over gRPC;
+            TF Serving's REST API has no such field, so the REST transport filters the
+            answer itself.
+    """
+
+    model_spec: ModelSpec
+    inputs: Mapping[str, Tensor]
+    output_filter: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PredictResponse:
+    """A Predict answer (predict.proto `PredictResponse`).
+
+    Attributes:
+        outputs: output name -> tensor. A REST answer for a signature with a single
+            output does not name it (TF Serving's columnar format); it is under "".
+        model_version: the version that ran, when the transport says (gRPC does, in
+            `model_spec`; REST does not: None).
+    """
+
+    outputs: Mapping[str, Tensor]
+    model_version: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class VersionStatus:
+    """One entry of GetModelStatusResponse.model_version_status.
+
+    Attributes:
+        version: model version number.
+        state: START, LOADING, AVAILABLE, UNLOADING, END (or UNKNOWN).
+        error_message: the version's status message; "" when OK.
+    """
+
+    version: int
+    state: str
+    error_message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelStatus:
+    """GetModelStatusResponse: every version serving knows of one model."""
+
+    versions: tuple[VersionStatus, ...] = field(default_factory=tuple)
+
+    def latest_available(self) -> int | None:
+        """Highest version in state AVAILABLE, or None."""
+        available = [v.version for v in self.versions if v.state == "AVAILABLE"]
+        return max(available) if available else None
+
+
+class ServingClient(Protocol):
+    """What the API needs from the serving tier, whatever the transport.
+
+    Implemented by `RestTransport` and `GrpcTransport` (one replica each),
+    `ReplicatedClient` (round-robin and retries over several) and
+    `api.coalescing.CoalescingClient` (merges concurrent predicts). Each method raises
+    only `ServingError` subclasses, and gives up by `deadline`.
+    """
+
+    async def predict(self, request: PredictRequest, deadline: Deadline) -> PredictResponse:
+        """Run `request` (TF Serving Predict)."""
+        ...
+
+    async def model_status(self, model_name: str, deadline: Deadline) -> ModelStatus:
+        """Every version's state of `model_name` (TF Serving GetModelStatus)."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release connections and tasks; the client is unusable afterwards."""
+        ...

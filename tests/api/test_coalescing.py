@@ -1,0 +1,213 @@
+"""Request coalescing: the pure merge/split functions and the batching client.
+
+The client is driven with a fake inner `ServingClient` whose predicts wait on an event
+the test controls, so which requests share a batch is decided by the test, not by
+timing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from api.coalescing import CoalescingClient, batch_key, merge_requests, split_response
+from api.deadlines import Deadline
+from api.serving_client import (
+    DataType,
+    ModelSpec,
+    ModelStatus,
+    PredictRequest,
+    PredictResponse,
+    ServingBadResponse,
+    ServingRejected,
+    ServingTimeout,
+    Tensor,
+)
+
+pytestmark = pytest.mark.anyio
+SPEC = ModelSpec("fraud", "serving_default", 1)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def rows_request(*rows: list[float], spec: ModelSpec = SPEC) -> PredictRequest:
+    return PredictRequest(spec, {"features": Tensor.from_rows(list(rows))})
+
+
+# --- pure functions ------------------------------------------------------------------------
+
+
+def test_batch_key_groups_only_compatible_requests() -> None:
+    a = rows_request([1.0, 2.0])
+    assert batch_key(a) == batch_key(rows_request([3.0, 4.0], [5.0, 6.0]))
+    assert batch_key(a) != batch_key(rows_request([1.0, 2.0, 3.0]))  # row width
+    assert batch_key(a) != batch_key(rows_request([1.0, 2.0], spec=ModelSpec("fraud", "serving_default", 2)))
+    as_double = PredictRequest(SPEC, {"features": Tensor((1, 2), [1.0, 2.0], DataType.DT_DOUBLE)})
+    assert batch_key(a) != batch_key(as_double)
+    scalar = PredictRequest(SPEC, {"x": Tensor((), [1.0], DataType.DT_FLOAT)})
+    assert batch_key(scalar) is None
+    disagreeing = PredictRequest(SPEC, {"x": Tensor.from_rows([[1.0]]), "y": Tensor.from_rows([[1.0], [2.0]])})
+    assert batch_key(disagreeing) is None
+
+
+def test_merge_then_split_gives_each_request_its_rows() -> None:
+    requests = [rows_request([1.0, 2.0]), rows_request([3.0, 4.0], [5.0, 6.0]), rows_request([7.0, 8.0])]
+    merged = merge_requests(requests)
+    assert merged.inputs["features"].shape == (4, 2)
+    assert merged.inputs["features"].values == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]
+    answer = PredictResponse(
+        {
+            "score": Tensor((4, 1), [0.1, 0.2, 0.3, 0.4]),
+            "probs": Tensor((4, 2), [1, 2, 3, 4, 5, 6, 7, 8]),
+        },
+        model_version=1,
+    )
+    parts = split_response(answer, [1, 2, 1])
+    assert [p.outputs["score"].values for p in parts] == [[0.1], [0.2, 0.3], [0.4]]
+    assert [p.outputs["probs"].shape for p in parts] == [(1, 2), (2, 2), (1, 2)]
+    assert parts[1].outputs["probs"].values == [3, 4, 5, 6]
+    assert all(p.model_version == 1 for p in parts)
+
+
+def test_merge_refuses_incompatible_and_split_refuses_unsplittable() -> None:
+    with pytest.raises(ValueError):
+        merge_requests([rows_request([1.0]), rows_request([1.0, 2.0])])
+    with pytest.raises(ServingBadResponse, match="cannot split"):
+        split_response(PredictResponse({"score": Tensor((3,), [1, 2, 3])}), [1, 1])
+    with pytest.raises(ServingBadResponse):
+        split_response(PredictResponse({"total": Tensor((), [1.0])}), [1, 1])
+
+
+# --- the batching client ---------------------------------------------------------------
+
+
+class GatedServing:
+    """Fake inner client: scores are row sums; every predict waits for `gate`."""
+
+    def __init__(self) -> None:
+        self.gate = asyncio.Event()
+        self.batches: list[int] = []
+        self.deadlines: list[Deadline] = []
+        self.fail_with: Exception | None = None
+        self.closed = False
+
+    async def predict(self, request: PredictRequest, deadline: Deadline) -> PredictResponse:
+        tensor = request.inputs["features"]
+        self.batches.append(tensor.shape[0])
+        self.deadlines.append(deadline)
+        await self.gate.wait()
+        if self.fail_with is not None:
+            raise self.fail_with
+        width = tensor.row_size
+        sums = [sum(tensor.values[i * width : (i + 1) * width]) for i in range(tensor.shape[0])]  # type: ignore[misc]
+        return PredictResponse({"score": Tensor((len(sums), 1), sums)}, model_version=1)
+
+    async def model_status(self, model_name: str, deadline: Deadline) -> ModelStatus:
+        return ModelStatus(())
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+async def settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+async def test_a_full_batch_leaves_at_once_and_each_caller_gets_its_rows() -> None:
+    inner = GatedServing()
+    client = CoalescingClient(inner, window_s=60.0, max_batch_rows=4)
+    calls = [asyncio.create_task(client.predict(rows_request([float(i), 1.0]), Deadline.after(30))) for i in range(4)]
+    await settle()
+    assert inner.batches == [4]  # the size, not the (one minute) window, sent it
+    inner.gate.set()
+    answers = await asyncio.gather(*calls)
+    assert [a.outputs["score"].values for a in answers] == [[1.0], [2.0], [3.0], [4.0]]
+
+
+async def test_the_window_sends_a_partial_batch_and_a_big_request_goes_alone() -> None:
+    inner = GatedServing()
+    inner.gate.set()
+    client = CoalescingClient(inner, window_s=0.01, max_batch_rows=4)
+    two = [client.predict(rows_request([1.0]), Deadline.after(30)) for _ in range(2)]
+    big = client.predict(rows_request([1.0], [2.0], [3.0], [4.0], [5.0]), Deadline.after(30))
+    answers = await asyncio.gather(*two, big)
+    assert sorted(inner.batches) == [2, 5]
+    assert answers[2].outputs["score"].values == [1.0, 2.0, 3.0, 4.0, 5.0]
+
+
+async def test_a_request_that_would_overflow_starts_the_next_batch() -> None:
+    inner = GatedServing()
+    client = CoalescingClient(inner, window_s=60.0, max_batch_rows=3)
+    first = asyncio.create_task(client.predict(rows_request([1.0], [1.0]), Deadline.after(30)))
+    await settle()
+    second = asyncio.create_task(client.predict(rows_request([2.0], [2.0]), Deadline.after(30)))
+    await settle()
+    assert inner.batches == [2]  # the first batch left when the second could not fit
+    third = asyncio.create_task(client.predict(rows_request([3.0]), Deadline.after(30)))
+    await settle()
+    assert inner.batches == [2, 3]
+    inner.gate.set()
+    assert (await first).outputs["score"].values == [1.0, 1.0]
+    assert (await second).outputs["score"].values == [2.0, 2.0]
+    assert (await third).outputs["score"].values == [3.0]
+
+
+async def test_a_cancelled_or_late_caller_does_not_break_the_batch() -> None:
+    inner = GatedServing()
+    client = CoalescingClient(inner, window_s=60.0, max_batch_rows=3)
+    patient = asyncio.create_task(client.predict(rows_request([1.0]), Deadline.after(30)))
+    cancelled = asyncio.create_task(client.predict(rows_request([2.0]), Deadline.after(30)))
+    hasty = asyncio.create_task(client.predict(rows_request([3.0]), Deadline.after(0.05)))
+    await settle()
+    assert inner.batches == [3]
+    cancelled.cancel()
+    with pytest.raises(ServingTimeout):
+        await hasty  # its own deadline, while the batch is still running
+    inner.gate.set()
+    assert (await patient).outputs["score"].values == [1.0]
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
+    # The batch ran with the latest deadline of its members, not the hasty one's.
+    assert inner.deadlines[0].remaining() > 20
+
+
+async def test_callers_that_left_before_the_batch_went_are_dropped() -> None:
+    inner = GatedServing()
+    inner.gate.set()
+    client = CoalescingClient(inner, window_s=0.05, max_batch_rows=10)
+    gone = asyncio.create_task(client.predict(rows_request([1.0]), Deadline.after(30)))
+    stays = asyncio.create_task(client.predict(rows_request([2.0]), Deadline.after(30)))
+    await settle()
+    gone.cancel()
+    assert (await stays).outputs["score"].values == [2.0]
+    assert inner.batches == [1]
+
+
+async def test_a_failed_batch_fails_every_caller_with_its_own_error() -> None:
+    inner = GatedServing()
+    inner.fail_with = ServingRejected("Expects arg[0] to be float")
+    inner.gate.set()
+    client = CoalescingClient(inner, window_s=60.0, max_batch_rows=2)
+    results = await asyncio.gather(
+        client.predict(rows_request([1.0]), Deadline.after(30)),
+        client.predict(rows_request([2.0]), Deadline.after(30)),
+        return_exceptions=True,
+    )
+    assert all(isinstance(r, ServingRejected) for r in results)
+    assert results[0] is not results[1]
+
+
+async def test_close_sends_what_is_queued_then_closes_the_inner_client() -> None:
+    inner = GatedServing()
+    inner.gate.set()
+    client = CoalescingClient(inner, window_s=60.0, max_batch_rows=10)
+    queued = asyncio.create_task(client.predict(rows_request([4.0]), Deadline.after(30)))
+    await settle()
+    await client.aclose()
+    assert (await queued).outputs["score"].values == [4.0]
+    assert inner.closed

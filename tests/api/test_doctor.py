@@ -1,0 +1,227 @@
+"""`python -m api.doctor` on good and bad configurations."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from api.doctor import blocking_calls, main, serving_flag
+from tests.support import REPO
+
+GOOD_CONFIG = REPO / "gunicorn.conf.py"
+
+BAD_APP = textwrap.dedent(
+    """
+    import subprocess
+    import time
+
+    from fastapi import FastAPI
+
+
+    def create() -> FastAPI:
+        app = FastAPI()
+
+        @app.get("/sleepy")
+        async def sleepy() -> dict:
+            time.sleep(0.3)
+            return {}
+
+        @app.post("/io")
+        async def io(model: object = None) -> dict:
+            with open("/etc/hostname") as f:
+                f.read()
+            subprocess.run(["true"])
+            model.predict([[1.0]])
+            return {}
+
+        @app.get("/fine")
+        async def fine(model: object = None) -> dict:
+            import asyncio
+
+            await asyncio.sleep(0.1)
+            await model.predict([[1.0]])
+
+            def in_a_thread() -> None:
+                time.sleep(1)
+
+            await asyncio.to_thread(in_a_thread)
+            return {}
+
+        @app.get("/sync")
+        def sync_endpoint() -> dict:
+            time.sleep(0.1)
+            return {}
+
+        return app
+    """
+)
+
+
+def run_doctor(
+    capsys: pytest.CaptureFixture[str], *argv: str, env: dict[str, str] | None = None
+) -> tuple[int, str]:
+    code = main(list(argv), env=env or {})
+    return code, capsys.readouterr().out
+
+
+@pytest.fixture
+def bad_app_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    (tmp_path / "doctor_bad_app.py").write_text(BAD_APP)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return "doctor_bad_app:create"
+
+
+def test_good_configuration_passes(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = run_doctor(
+        capsys,
+        "--cpus=4",
+        "--workers=2",
+        "--api-threads=1",
+        "--serving-intra-op=1",
+        "--serving-inter-op=1",
+        "--app=api.app:create_app",
+        f"--gunicorn-config={GOOD_CONFIG}",
+    )
+    assert code == 0, out
+    assert "WARN" not in out
+    assert "API: 2 workers (--workers) x 1 thread(s) = 2" in out
+    assert "OK   [cpu] 4 busy threads fit in 4 CPUs" in out
+    assert "OK   [async] no known blocking calls in" in out
+    assert "preload_app is on" in out
+    assert out.rstrip().endswith("0 warning(s)")
+
+
+def test_oversubscription_is_reported(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = run_doctor(
+        capsys,
+        "--cpus=2",
+        "--workers=4",
+        "--serving-intra-op=2",
+        "--serving-inter-op=2",
+        "--app=",
+        f"--gunicorn-config={GOOD_CONFIG}",
+        env={"OMP_NUM_THREADS": "1"},
+    )
+    assert code == 1
+    assert "WARN [cpu] oversubscribed: 8 busy threads on 2 CPUs (4.0x)" in out
+
+
+def test_budget_read_from_environment(capsys: pytest.CaptureFixture[str]) -> None:
+    env = {
+        "WEB_CONCURRENCY": "3",
+        "OMP_NUM_THREADS": "1",
+        "SERVING_ARGS": "--port=8500 --tensorflow_intra_op_parallelism=2 "
+        "--tensorflow_inter_op_parallelism 1",
+    }
+    code, out = run_doctor(
+        capsys, "--cpus=8", "--app=", f"--gunicorn-config={GOOD_CONFIG}", env=env
+    )
+    assert code == 0, out
+    assert "API: 3 workers (WEB_CONCURRENCY) x 1 thread(s) = 3" in out
+    assert "serving: intra-op 2 + inter-op 1" in out
+    assert "6 busy threads fit in 8 CPUs" in out
+
+
+def test_serving_default_pools_count_one_thread_per_cpu(capsys: pytest.CaptureFixture[str]) -> None:
+    env = {
+        "WEB_CONCURRENCY": "1",
+        "OMP_NUM_THREADS": "1",
+        "SERVING_ARGS": "--tensorflow_session_parallelism=0",
+    }
+    code, out = run_doctor(
+        capsys, "--cpus=4", "--app=", f"--gunicorn-config={GOOD_CONFIG}", env=env
+    )
+    assert "serving: intra-op 4 + inter-op 4" in out
+    assert "oversubscribed: 9 busy threads on 4 CPUs" in out
+    assert code == 1
+
+
+def test_blocking_async_endpoints_are_named(
+    capsys: pytest.CaptureFixture[str], bad_app_module: str
+) -> None:
+    code, out = run_doctor(
+        capsys,
+        "--cpus=8",
+        "--workers=1",
+        f"--app={bad_app_module}",
+        f"--gunicorn-config={GOOD_CONFIG}",
+    )
+    assert code == 1
+    warned = sorted(line for line in out.splitlines() if line.startswith("WARN [async]"))
+    assert len(warned) == 4, out
+    assert "/sleepy: time.sleep() blocks the event loop in async def sleepy" in warned[3]
+    assert [w.split(": ", 1)[1].split(" blocks")[0] for w in warned[:3]] == [
+        ".predict()",
+        "open()",
+        "subprocess.run()",
+    ]
+    assert "/fine" not in out and "/sync" not in out
+
+
+def test_blocking_calls_gives_source_lines() -> None:
+    async def handler() -> None:
+        import time
+
+        time.sleep(1)
+
+    found = blocking_calls(handler)
+    line = handler.__code__.co_firstlineno + 3  # the `time.sleep(1)` line
+    assert found == [(line, "time.sleep()")]
+
+
+@pytest.mark.parametrize(
+    ("config", "cmd_args", "warns"),
+    [
+        ('worker_class = "uvicorn_worker.UvicornWorker"\npreload_app = True\n', "", False),
+        ('worker_class = "uvicorn_worker.UvicornWorker"\npreload_app = False\n', "", True),
+        ('worker_class = "uvicorn_worker.UvicornWorker"\n', "", True),
+        ('worker_class = "uvicorn_worker.UvicornWorker"\n', "--preload --workers 2", False),
+        ('worker_class = "sync"\npreload_app = True\n', "", True),
+    ],
+)
+def test_gunicorn_config_checks(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, config: str, cmd_args: str, warns: bool
+) -> None:
+    path = tmp_path / "gunicorn.conf.py"
+    path.write_text(config)
+    env = {"GUNICORN_CMD_ARGS": cmd_args, "WEB_CONCURRENCY": "1", "OMP_NUM_THREADS": "1"}
+    code, out = run_doctor(
+        capsys, "--cpus=8", "--serving-intra-op=1", "--serving-inter-op=1", "--app=",
+        f"--gunicorn-config={path}", env=env,
+    )  # fmt: skip
+    assert ("WARN [gunicorn]" in out) is warns, out
+    assert code == (1 if warns else 0)
+
+
+def test_serving_flag_parsing() -> None:
+    args = [
+        "--port=8500",
+        "--tensorflow_intra_op_parallelism",
+        "3",
+        "--tensorflow_inter_op_parallelism=2",
+    ]
+    assert serving_flag(args, "tensorflow_intra_op_parallelism") == 3
+    assert serving_flag(args, "tensorflow_inter_op_parallelism") == 2
+    assert serving_flag(args, "tensorflow_session_parallelism") is None
+    with pytest.raises(ValueError):
+        serving_flag(["--tensorflow_intra_op_parallelism=lots"], "tensorflow_intra_op_parallelism")
+
+
+def test_command_line_entry_point() -> None:
+    """`python -m api.doctor` as a process: its exit status follows the warnings."""
+    common = ["--cpus=4", "--serving-intra-op=1", "--serving-inter-op=1", "--app="]
+    good = subprocess.run(
+        [sys.executable, "-m", "api.doctor", *common, "--workers=2", "--api-threads=1"],
+        cwd=REPO, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert good.returncode == 0, good.stdout + good.stderr
+    bad = subprocess.run(
+        [sys.executable, "-m", "api.doctor", *common, "--workers=8", "--api-threads=1"],
+        cwd=REPO, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert bad.returncode == 1
+    assert "oversubscribed: 10 busy threads on 4 CPUs" in bad.stdout

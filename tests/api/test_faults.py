@@ -1,0 +1,251 @@
+"""The API under faults, as real processes on loopback (fake serving, see stack.py).
+
+Serving killed under load, a replica killed under load, backpressure, request
+deadlines, oversize bodies and coalescing. Every load loop is bounded in count and
+time; waits poll for readiness instead of sleeping.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.api.stack import (
+    Api,
+    FakeServing,
+    expected_score,
+    run_load,
+    start_api_process,
+    start_fake,
+    transactions,
+)
+from tests.support import wait_until
+
+SCORE = "/v1/fraud/score"
+# Slack for a loaded 2-core machine when checking that an answer came "within its
+# deadline": this bounds a hang, it is not a speed goal.
+SLACK_S = 4.0
+
+
+@pytest.fixture
+def procs() -> Iterator[list]:
+    """Processes a test started; all stopped at the end, whatever happened."""
+    started: list = []
+    yield started
+    for thing in reversed(started):
+        thing.proc.stop()
+
+
+def test_serving_killed_mid_load_then_back(tmp_path: Path, procs: list) -> None:
+    fake = start_fake(tmp_path, "serving")
+    procs.append(fake)
+    budget_s = 1.0
+    api = start_api_process(tmp_path, "api", fake.url, REQUEST_TIMEOUT_S=str(budget_s))
+    procs.append(api)
+
+    def kill_after_some(done: int) -> None:
+        if done == 60 and fake.proc.alive():
+            fake.proc.popen.kill()  # SIGKILL: connections die, nothing is drained
+
+    bodies = transactions(300)
+    run = run_load(api.url + SCORE, bodies, concurrency=8, max_seconds=60, on_done=kill_after_some)
+    assert len(run.outcomes) == len(bodies)
+    statuses = run.statuses()
+    assert set(statuses) <= {200, 503}, statuses
+    assert statuses.get(200, 0) >= 60 and statuses.get(503, 0) > 0, statuses
+    for outcome in run.outcomes:
+        assert outcome.elapsed_s < budget_s + SLACK_S, outcome
+        if outcome.status == 503:
+            assert outcome.body["code"] == "serving_unavailable", outcome.body
+            assert outcome.body["detail"].startswith("serving tier:")
+            assert outcome.body["request_id"] == outcome.headers["x-request-id"]
+            assert outcome.headers["retry-after"] == "1"
+        else:
+            assert outcome.body["fraud_score"] == pytest.approx(expected_score(bodies[outcome.index]))
+
+    ready = httpx.get(api.url + "/readyz", timeout=10)
+    assert ready.status_code == 503 and ready.json()["code"] == "serving_unavailable"
+
+    # Serving comes back on the same port: the API recovers without a restart.
+    procs.append(start_fake(tmp_path, "serving-again", rest_port=fake.rest_port))
+    wait_until(lambda: httpx.get(api.url + "/readyz", timeout=5).status_code == 200, 30, "readyz")
+    again = run_load(api.url + SCORE, bodies[:50], concurrency=4, max_seconds=60)
+    assert again.statuses() == {200: 50}
+
+
+def test_one_of_three_replicas_killed_under_load(tmp_path: Path, procs: list) -> None:
+    replicas = [start_fake(tmp_path, f"replica-{i}") for i in range(3)]
+    procs.extend(replicas)
+    urls = ",".join(r.url for r in replicas)
+    api = start_api_process(tmp_path, "api", replicas[0].url, SERVING_URLS=urls)
+    procs.append(api)
+    victim = replicas[1]
+
+    def kill_victim(done: int) -> None:
+        if done == 100 and victim.proc.alive():
+            victim.proc.popen.kill()
+
+    bodies = transactions(600, seed=11)
+    run = run_load(api.url + SCORE, bodies, concurrency=12, max_seconds=90, on_done=kill_victim)
+    assert len(run.outcomes) == len(bodies)
+    assert run.statuses() == {200: len(bodies)}, [o.body for o in run.outcomes if o.status != 200][:3]
+    for outcome in run.outcomes:
+        assert outcome.body["fraud_score"] == pytest.approx(expected_score(bodies[outcome.index]))
+    survivors = [sum(r.stats()["batches"]) for r in (replicas[0], replicas[2])]
+    assert all(rows > 100 for rows in survivors), survivors  # round-robin spread the load
+
+
+@pytest.fixture
+def held(tmp_path: Path, procs: list) -> tuple[FakeServing, Api]:
+    """Fake serving whose predicts wait until released; an API with 2 requests in flight."""
+    fake = start_fake(tmp_path, "serving")
+    procs.append(fake)
+    api = start_api_process(
+        tmp_path, "api", fake.url, MAX_IN_FLIGHT_REQUESTS="2", REQUEST_TIMEOUT_S="30"
+    )
+    procs.append(api)
+    fake.hold()
+    return fake, api
+
+
+def _post_in_thread(url: str, body: dict, results: list, headers: dict | None = None) -> threading.Thread:
+    def post() -> None:
+        results.append(httpx.post(url, json=body, headers=headers, timeout=40))
+
+    thread = threading.Thread(target=post)
+    thread.start()
+    return thread
+
+
+def test_backpressure_refuses_past_the_in_flight_limit(held: tuple[FakeServing, Api]) -> None:
+    fake, api = held
+    body = transactions(1)[0]
+    results: list[httpx.Response] = []
+    threads = [_post_in_thread(api.url + SCORE, body, results) for _ in range(2)]
+    wait_until(lambda: fake.stats()["pending"] == 2, 20, "two predicts held at serving")
+
+    refused = httpx.post(api.url + SCORE, json=body, timeout=10)
+    assert refused.status_code == 503
+    assert refused.headers["retry-after"] == "1"
+    assert refused.json()["code"] == "overloaded"
+    assert refused.json()["request_id"] == refused.headers["x-request-id"]
+    assert fake.stats()["pending"] == 2  # still held: the refusal did not wait for a slot
+    assert httpx.get(api.url + "/healthz", timeout=10).status_code == 200  # probes pass
+
+    fake.release()
+    for thread in threads:
+        thread.join(40)
+    assert [r.status_code for r in results] == [200, 200]
+    assert httpx.post(api.url + SCORE, json=body, timeout=10).status_code == 200  # slots freed
+
+
+def test_a_request_past_its_deadline_is_answered_504(held: tuple[FakeServing, Api]) -> None:
+    fake, api = held
+    body = transactions(1)[0]
+    late = httpx.post(api.url + SCORE, json=body, headers={"X-Request-Timeout-Ms": "300"}, timeout=20)
+    assert late.status_code == 504
+    assert late.json()["code"] == "deadline_exceeded"
+    assert fake.stats()["pending"] <= 1  # it was held, not answered: the deadline ended it
+
+    bad = httpx.post(api.url + SCORE, json=body, headers={"X-Request-Timeout-Ms": "soon"}, timeout=20)
+    assert bad.status_code == 422
+    assert bad.json()["detail"][0]["loc"] == ["header", "x-request-timeout-ms"]
+    fake.release()
+
+
+def _raw_request(port: int, head: bytes, body_chunks: list[bytes]) -> bytes:
+    """Send a raw HTTP/1.1 request; return everything the server answers (until close)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as sock:
+        sock.sendall(head)
+        for chunk in body_chunks:
+            try:
+                sock.sendall(chunk)
+            except (BrokenPipeError, ConnectionResetError):
+                break  # the server answered and closed before reading it all: fine
+        sock.shutdown(socket.SHUT_WR)
+        data = b""
+        while True:
+            try:
+                part = sock.recv(65536)
+            except ConnectionResetError:
+                break
+            if not part:
+                break
+            data += part
+    return data
+
+
+def test_oversize_bodies_get_413_with_and_without_content_length(tmp_path: Path, procs: list) -> None:
+    fake = start_fake(tmp_path, "serving")
+    procs.append(fake)
+    api = start_api_process(tmp_path, "api", fake.url, MAX_BODY_BYTES="4096")
+    procs.append(api)
+    port = int(api.url.rsplit(":", 1)[1])
+    oversize = b'{"pad": "' + b"x" * 200_000 + b'"}'
+
+    # Content-Length over the limit: refused from the header, before the body is read.
+    head = (
+        f"POST {SCORE} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(oversize)}\r\nconnection: close\r\n\r\n"
+    ).encode()
+    answer = _raw_request(port, head, [oversize])
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+    assert b'"code":"payload_too_large"' in answer
+
+    # Chunked, no Content-Length: refused once the counted bytes pass the limit.
+    head = (
+        f"POST {SCORE} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        "transfer-encoding: chunked\r\nconnection: close\r\n\r\n"
+    ).encode()
+    chunks = [b"%x\r\n%s\r\n" % (1000, oversize[i : i + 1000]) for i in range(0, len(oversize) - 1000, 1000)]
+    answer = _raw_request(port, head, [*chunks, b"0\r\n\r\n"])
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+    assert b'"code":"payload_too_large"' in answer
+
+    # The same with httpx streaming a generator (chunked encoding).
+    def body() -> Iterator[bytes]:
+        for i in range(0, len(oversize), 1000):
+            yield oversize[i : i + 1000]
+
+    try:
+        streamed = httpx.post(api.url + SCORE, content=body(), headers={"content-type": "application/json"}, timeout=20)
+        assert streamed.status_code == 413 and streamed.json()["code"] == "payload_too_large"
+    except (httpx.WriteError, httpx.RemoteProtocolError):
+        pytest.fail("the API closed the connection instead of answering 413")
+
+    # A body under the limit still goes through.
+    ok = httpx.post(api.url + SCORE, json=transactions(1)[0], timeout=10)
+    assert ok.status_code == 200, ok.text
+
+
+def test_concurrent_requests_are_coalesced_into_one_predict(tmp_path: Path, procs: list) -> None:
+    fake = start_fake(tmp_path, "serving")
+    procs.append(fake)
+    # Only a full batch (8 rows) leaves: which requests share it does not depend on timing.
+    api = start_api_process(
+        tmp_path,
+        "api",
+        fake.url,
+        COALESCING_ENABLED="true",
+        COALESCING_MAX_BATCH_ROWS="8",
+        COALESCING_WINDOW_MS="1000",
+        REQUEST_TIMEOUT_S="20",
+    )
+    procs.append(api)
+    fake.hold()
+    bodies = transactions(8, seed=3)
+    results: list[httpx.Response] = []
+    threads = [_post_in_thread(api.url + SCORE, b, results) for b in bodies]
+    wait_until(lambda: fake.stats()["pending"] == 1, 20, "one merged predict held at serving")
+    fake.release()
+    for thread in threads:
+        thread.join(40)
+    assert fake.stats()["batches"] == [8]
+    by_id = {r.json()["transaction_id"]: r.json()["fraud_score"] for r in results}
+    for body in bodies:  # each caller got its own row back
+        assert by_id[body["transaction_id"]] == pytest.approx(expected_score(body))

@@ -1,0 +1,233 @@
+"""gunicorn + uvicorn workers against a real serving tier.
+
+Starts `python -m serving` and `gunicorn -c gunicorn.conf.py 'api.app:create_app()'`
+with two workers on loopback, scores requests, and checks that `/metrics` merges every
+worker's numbers (prometheus-client multiprocess mode), that each worker stays small
+and free of TensorFlow, and that SIGTERM stops the server with exit status 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.parser import text_string_to_metric_families
+
+from api.cpu_budget import available_cpus
+from models.transactions import generate_transactions
+from tests.support import (
+    REPO,
+    Proc,
+    free_port,
+    http_ok,
+    local_models_config,
+    start_serving,
+    wait_until,
+)
+
+WORKERS = 2
+RSS_LIMIT_KB = 80 * 1024
+N_REQUESTS = 60
+MAX_REQUESTS = 400
+FRAUD_COUNT = "api_request_duration_seconds_count"
+STAGE_COUNT = "api_request_stage_duration_seconds_count"
+
+
+@pytest.fixture(scope="module")
+def serving(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    tmp = tmp_path_factory.mktemp("gunicorn-serving")
+    rest_port = free_port()
+    proc = start_serving(local_models_config(tmp), rest_port, free_port(), tmp / "serving.log")
+    url = f"http://127.0.0.1:{rest_port}"
+
+    def available() -> bool:
+        assert proc.alive(), proc.log()
+        try:
+            return '"AVAILABLE"' in httpx.get(f"{url}/v1/models/fraud", timeout=1.0).text
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_until(available, 120, "the fraud model to be AVAILABLE")
+        yield url
+    finally:
+        proc.stop()
+
+
+def children(pid: int) -> list[int]:
+    """Direct child processes of `pid` (from /proc/<pid>/task/*/children)."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
+def vm_rss_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+def maps_tensorflow(pid: int) -> bool:
+    """True when any TensorFlow shared library is mapped into the process."""
+    return "tensorflow" in Path(f"/proc/{pid}/maps").read_text()
+
+
+def scored_by_worker(prom_dir: Path, workers: list[int]) -> dict[int, float]:
+    """Fraud requests each worker recorded, read from its own multiprocess file."""
+    counts = {}
+    for pid in workers:
+        files = [str(p) for p in prom_dir.glob(f"histogram_{pid}.db")]
+        metrics = MultiProcessCollector.merge(files) if files else []
+        counts[pid] = sum(
+            s.value
+            for m in metrics
+            for s in m.samples
+            if s.name == FRAUD_COUNT and s.labels.get("route") == "/v1/fraud/score"
+        )
+    return counts
+
+
+def metric_total(text: str, name: str, **labels: str) -> float:
+    return sum(
+        s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+    )
+
+
+def test_two_workers_share_metrics_stay_small_and_stop_cleanly(
+    serving: str, tmp_path: Path
+) -> None:
+    port = free_port()
+    prom_dir = tmp_path / "prometheus"
+    prom_dir.mkdir()
+    (prom_dir / "counter_999999.db").write_bytes(b"stale from an earlier run")
+    events = tmp_path / "events.jsonl"
+    gunicorn = Proc(
+        [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "api.app:create_app()"],
+        tmp_path / "gunicorn.log",
+        env={
+            "WEB_CONCURRENCY": str(WORKERS),
+            "API_BIND": f"127.0.0.1:{port}",
+            "SERVING_URL": serving,
+            "PROMETHEUS_MULTIPROC_DIR": str(prom_dir),
+            "EVENTS_JSONL_PATH": str(events),
+            "ACCESS_LOG": "false",
+        },
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(
+            lambda: gunicorn.alive() and http_ok(f"{base}/readyz"), 90, "gunicorn to be ready"
+        )
+        workers = children(gunicorn.popen.pid)
+        assert len(workers) == WORKERS, workers
+        # The stale file was removed at start, before any worker wrote.
+        assert not (prom_dir / "counter_999999.db").exists()
+
+        bodies = [t.body for t in generate_transactions(MAX_REQUESTS, seed=11)]
+        # Concurrent connections so both workers take requests.
+        limits = httpx.Limits(max_connections=8)
+        with (
+            httpx.Client(base_url=base, timeout=10.0, limits=limits) as c,
+            ThreadPoolExecutor(8) as pool,
+        ):
+            answers = list(
+                pool.map(lambda b: c.post("/v1/fraud/score", json=b), bodies[:N_REQUESTS])
+            )
+        assert [a.status_code for a in answers] == [200] * N_REQUESTS
+        sent = N_REQUESTS
+        first = answers[0]
+        assert first.headers["x-model-version"] == str(first.json()["model"]["version"])
+        timing = first.headers["server-timing"]
+        assert [p.split(";")[0] for p in timing.split(", ")] == [
+            "validate",
+            "features",
+            "serving",
+            "total",
+        ]
+        # The kernel picks which worker accepts a connection; until both have scored
+        # some requests, send more, each on a new connection (bounded).
+        while min(scored_by_worker(prom_dir, workers).values()) == 0 and sent < MAX_REQUESTS:
+            assert httpx.post(f"{base}/v1/fraud/score", json=bodies[sent], timeout=10.0).is_success
+            sent += 1
+        per_worker = scored_by_worker(prom_dir, workers)
+        assert min(per_worker.values()) > 0, per_worker
+        assert sum(per_worker.values()) == sent
+
+        # Every scrape, whichever worker answers it, sees every worker's requests.
+        for _ in range(4):
+            text = httpx.get(f"{base}/metrics", timeout=10.0).text
+            assert metric_total(text, FRAUD_COUNT, route="/v1/fraud/score", status="200") == sent
+            assert metric_total(text, STAGE_COUNT, stage="serving") == sent
+        rss = {pid: vm_rss_kb(pid) for pid in [gunicorn.popen.pid, *workers]}
+        print(f"\nVmRSS kB: master {rss[gunicorn.popen.pid]}, workers {[rss[w] for w in workers]}")
+        for pid in workers:
+            assert rss[pid] < RSS_LIMIT_KB, rss
+            assert not maps_tensorflow(pid)
+        assert not maps_tensorflow(gunicorn.popen.pid)
+    finally:
+        code = gunicorn.stop()
+    log = gunicorn.log_path.read_text()
+    assert code == 0, log[-4000:]
+    assert "Traceback" not in log, log[-4000:]
+    # Workers drained their score events on the way out.
+    assert len(events.read_text().splitlines()) == sent
+    # A directory it was given is left in place (only one it made itself is removed).
+    assert prom_dir.is_dir()
+
+
+def test_gunicorn_config_derives_workers_and_threads_from_the_cpu_budget(tmp_path: Path) -> None:
+    """The config, loaded the way gunicorn loads it, in a clean process."""
+    probe = (
+        "import json, os, runpy\n"
+        "cfg = runpy.run_path('gunicorn.conf.py')\n"
+        "keys = ('workers', 'worker_class', 'preload_app', 'bind')\n"
+        "env = ('OMP_NUM_THREADS', 'MKL_NUM_THREADS', 'OPENBLAS_NUM_THREADS',\n"
+        "       'PROMETHEUS_MULTIPROC_DIR')\n"
+        "print(json.dumps({k: cfg[k] for k in keys} | {v: os.environ[v] for v in env}))\n"
+        "cfg['on_exit'](None)\n"
+        "print(os.path.exists(os.environ['PROMETHEUS_MULTIPROC_DIR']))\n"
+    )
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("WEB_CONCURRENCY", "PROMETHEUS_MULTIPROC_DIR")
+    }
+    env = {k: v for k, v in env.items() if not k.endswith("_NUM_THREADS")}
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    first, removed = out.stdout.splitlines()
+    cfg = json.loads(first)
+    cpus = available_cpus()
+    assert cfg["workers"] == cpus
+    assert cfg["worker_class"] == "uvicorn_worker.UvicornWorker"
+    assert cfg["preload_app"] is True
+    assert cfg["OMP_NUM_THREADS"] == cfg["MKL_NUM_THREADS"] == cfg["OPENBLAS_NUM_THREADS"] == "1"
+    assert "api-prometheus-" in cfg["PROMETHEUS_MULTIPROC_DIR"]
+    assert removed == "False"  # on_exit removed the directory it had made
+
+    out = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=REPO,
+        env={**env, "WEB_CONCURRENCY": "1"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    cfg = json.loads(out.stdout.splitlines()[0])
+    assert cfg["workers"] == 1
+    assert cfg["OMP_NUM_THREADS"] == str(cpus)

@@ -1,0 +1,379 @@
+"""The serving client's codecs, error tables, REST transport, replicas and retries.
+
+The REST transport is driven through httpx's `MockTransport` and, for connection
+handling, a real asyncio server on loopback; replicas and retries through fake
+`ServingClient`s (the client's own seam). No mocking library.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Callable
+
+import httpx
+import orjson
+import pytest
+
+from api.deadlines import Deadline, DeadlineExceeded, parse_timeout_header
+from api.serving_client import (
+    Code,
+    DataType,
+    ModelSpec,
+    ModelStatus,
+    PredictRequest,
+    PredictResponse,
+    ReplicatedClient,
+    RestTransport,
+    RoundRobin,
+    ServingBadResponse,
+    ServingError,
+    ServingInternalError,
+    ServingMisconfigured,
+    ServingNotFound,
+    ServingRejected,
+    ServingTimeout,
+    ServingUnavailable,
+    Tensor,
+)
+from api.serving_client._errors import code_for_http_status, error_for_code, is_retryable
+from api.serving_client._json import loads, predict_body, predict_path, tensor_from_json
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+FEATURES = Tensor.from_rows([[1.0, 2.0], [3.0, 4.5]])
+REQUEST = PredictRequest(ModelSpec("fraud", "serving_default", 2), {"features": FEATURES})
+
+
+# --- tensors and the REST JSON codec ---------------------------------------------------
+
+
+def test_tensor_checks_its_shape() -> None:
+    assert Tensor((2, 3), list(range(6))).row_size == 3
+    with pytest.raises(ValueError, match="needs 6 values"):
+        Tensor((2, 3), [1.0])
+    with pytest.raises(ValueError, match="different lengths"):
+        Tensor.from_rows([[1.0], [1.0, 2.0]])
+    assert Tensor((2, 1, 2), [1, 2, 3, 4]).to_nested() == [[[1, 2]], [[3, 4]]]
+    assert Tensor((), [5]).to_nested() == 5
+
+
+def test_predict_body_and_path() -> None:
+    assert orjson.loads(predict_body(REQUEST)) == {
+        "signature_name": "serving_default",
+        "inputs": {"features": [[1.0, 2.0], [3.0, 4.5]]},
+    }
+    assert predict_path(REQUEST) == "/v1/models/fraud/versions/2:predict"
+    latest = PredictRequest(ModelSpec("a/b c"), {})
+    assert predict_path(latest) == "/v1/models/a%2Fb%20c:predict"
+
+
+def test_tf_servings_non_finite_tokens_parse() -> None:
+    body = b'{"outputs": [[NaN], [Infinity], [-Infinity], [0.5]]}'
+    parsed = loads(body)
+    tensor = tensor_from_json("x", parsed["outputs"])
+    assert tensor.shape == (4, 1)
+    assert math.isnan(tensor.values[0]) and tensor.values[1] == math.inf and tensor.values[2] == -math.inf
+
+
+def test_json_tensors_must_be_rectangular() -> None:
+    assert tensor_from_json("x", [[1, 2], [3, 4]]).shape == (2, 2)
+    assert tensor_from_json("x", [["a"], [{"b64": "AAE="}]]).values == [b"a", b"\x00\x01"]
+    assert tensor_from_json("x", []).shape == (0,)
+    for ragged in ([[1, 2], [3]], [[1], 2], [{"x": 1}]):
+        with pytest.raises(ServingBadResponse):
+            tensor_from_json("x", ragged)
+
+
+# --- the error tables ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("status", "message", "code", "cls"),
+    [
+        (400, "Expects arg[0] to be float but double is provided", Code.INVALID_ARGUMENT, ServingRejected),
+        (400, 'Serving signature key "nope" not found.', Code.FAILED_PRECONDITION, ServingMisconfigured),
+        (400, 'Serving signature name: "nope" not found in signature def', Code.FAILED_PRECONDITION, ServingMisconfigured),
+        (404, "Servable not found for request: Latest(fraud)", Code.NOT_FOUND, ServingNotFound),
+        (429, "queue full", Code.RESOURCE_EXHAUSTED, ServingUnavailable),
+        (500, "boom", Code.INTERNAL, ServingInternalError),
+        (501, "nope", Code.UNIMPLEMENTED, ServingMisconfigured),
+        (503, "loading", Code.UNAVAILABLE, ServingUnavailable),
+        (504, "slow", Code.DEADLINE_EXCEEDED, ServingTimeout),
+        (418, "teapot", Code.INVALID_ARGUMENT, ServingRejected),
+        (599, "odd", Code.INTERNAL, ServingInternalError),
+    ],
+)
+def test_rest_status_to_code_to_class(status: int, message: str, code: Code, cls: type) -> None:
+    assert code_for_http_status(status, message) is code
+    error = error_for_code(code, message, status_code=status)
+    assert type(error) is cls and error.code is code and error.status_code == status
+
+
+def test_only_unavailable_is_retried_and_messages_are_bounded() -> None:
+    assert is_retryable(ServingUnavailable("down"))
+    assert not is_retryable(ServingUnavailable("full", Code.RESOURCE_EXHAUSTED))
+    assert not is_retryable(ServingTimeout("slow"))
+    assert not is_retryable(ValueError())
+    assert len(ServingRejected("x" * 10_000).message) == 500
+
+
+# --- the REST transport, through MockTransport -------------------------------------------
+
+
+def rest(handler: Callable[[httpx.Request], httpx.Response]) -> tuple[RestTransport, httpx.AsyncClient]:
+    http = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    return RestTransport(http, "http://serving:8501/", call_timeout_s=5, connect_timeout_s=1), http
+
+
+async def test_rest_predict_round_trip() -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, content=b'{"outputs": [[0.25], [NaN]]}')
+
+    transport, http = rest(handler)
+    async with http:
+        response = await transport.predict(REQUEST, Deadline.after(5))
+    assert str(seen[0].url) == "http://serving:8501/v1/models/fraud/versions/2:predict"
+    assert seen[0].headers["content-type"] == "application/json"
+    tensor = response.outputs[""]
+    assert tensor.shape == (2, 1) and tensor.values[0] == 0.25 and math.isnan(tensor.values[1])
+    assert response.model_version is None  # REST does not say
+
+
+async def test_rest_named_outputs_are_filtered() -> None:
+    body = {"outputs": {"a": [1, 2], "b": [[3], [4]]}}
+    transport, http = rest(lambda r: httpx.Response(200, json=body))
+    request = PredictRequest(REQUEST.model_spec, REQUEST.inputs, output_filter=("b",))
+    async with http:
+        response = await transport.predict(request, Deadline.after(5))
+    assert set(response.outputs) == {"b"} and response.outputs["b"].values == [3, 4]
+
+
+@pytest.mark.parametrize(
+    ("answer", "cls"),
+    [
+        (httpx.Response(404, json={"error": "Servable not found for request: Specific(fraud, 2)"}), ServingNotFound),
+        (httpx.Response(400, json={"error": "Expects arg[0] to be float"}), ServingRejected),
+        (httpx.Response(503, text="<html>proxy</html>"), ServingUnavailable),
+        (httpx.Response(200, text="not json"), ServingBadResponse),
+        (httpx.Response(200, json={"predictions": []}), ServingBadResponse),
+    ],
+)
+async def test_rest_failures_are_serving_errors(answer: httpx.Response, cls: type) -> None:
+    transport, http = rest(lambda r: answer)
+    async with http:
+        with pytest.raises(cls) as caught:
+            await transport.predict(REQUEST, Deadline.after(5))
+    assert caught.value.target == "http://serving:8501"
+    assert "serving:8501" not in caught.value.message  # callers never see the topology
+
+
+@pytest.mark.parametrize(
+    ("exc", "cls", "down"),
+    [
+        (httpx.ConnectError("refused"), ServingUnavailable, True),
+        (httpx.ConnectTimeout("slow connect"), ServingUnavailable, True),
+        (httpx.RemoteProtocolError("Server disconnected without sending a response."), ServingUnavailable, False),
+        (httpx.ReadError("reset"), ServingUnavailable, False),
+        (httpx.ReadTimeout("slow"), ServingTimeout, False),
+        (httpx.PoolTimeout("busy"), ServingTimeout, False),
+    ],
+)
+async def test_rest_transport_errors_are_translated(exc: Exception, cls: type, down: bool) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise exc
+
+    transport, http = rest(handler)
+    async with http:
+        with pytest.raises(cls) as caught:
+            await transport.predict(REQUEST, Deadline.after(5))
+    assert caught.value.replica_down is down
+    assert not isinstance(caught.value.__cause__, type(None))
+
+
+async def test_rest_call_past_its_deadline_is_not_sent() -> None:
+    sent: list[httpx.Request] = []
+    transport, http = rest(lambda r: sent.append(r) or httpx.Response(200, json={"outputs": [[1]]}))
+    async with http:
+        with pytest.raises(ServingTimeout):
+            await transport.predict(REQUEST, Deadline.after(-0.001))
+    assert sent == []
+
+
+async def test_rest_model_status() -> None:
+    body = {
+        "model_version_status": [
+            {"version": "2", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}},
+            {"version": "3", "state": "LOADING", "status": {"error_code": "OK", "error_message": ""}},
+        ]
+    }
+    transport, http = rest(lambda r: httpx.Response(200, json=body))
+    async with http:
+        status = await transport.model_status("fraud", Deadline.after(5))
+    assert status.latest_available() == 2 and [v.state for v in status.versions] == ["AVAILABLE", "LOADING"]
+
+
+async def test_a_dead_pooled_connection_is_retried_on_a_fresh_one() -> None:
+    """Serving closes a keep-alive connection just as a request goes out on it."""
+    connections = 0
+    answered = 0
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections, answered
+        connections += 1
+        first_connection = connections == 1
+        requests_here = 0
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = next(
+                (int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")),
+                0,
+            )
+            await reader.readexactly(length)
+            requests_here += 1
+            if first_connection and requests_here == 2:
+                writer.close()  # the second request on the pooled connection dies unanswered
+                return
+            body = b'{"outputs": [[0.5], [0.5]]}'
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+            await writer.drain()
+            answered += 1
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server, httpx.AsyncClient() as http:
+        transport = RestTransport(http, f"http://127.0.0.1:{port}", call_timeout_s=5, connect_timeout_s=1)
+        client = ReplicatedClient([transport], max_attempts=2)
+        first = await client.predict(REQUEST, Deadline.after(5))
+        second = await client.predict(REQUEST, Deadline.after(5))
+    assert first.outputs[""].values == second.outputs[""].values == [0.5, 0.5]
+    assert (connections, answered) == (2, 2)
+
+
+# --- replicas: rotation, ejection, retries -----------------------------------------------
+
+
+def test_round_robin_rotates_and_skips_ejected_and_tried() -> None:
+    rr = RoundRobin(3, eject_s=1.0)
+    assert [rr.pick(0.0) for _ in range(4)] == [0, 1, 2, 0]
+    rr.mark_down(2, now=0.0)
+    assert [rr.pick(0.5) for _ in range(4)] == [1, 0, 1, 0]
+    # Every replica that is up was tried: another go at one of them beats an ejected one.
+    assert rr.pick(0.5, tried={0, 1}) in (0, 1)
+    assert rr.pick(1.5) == 2  # ejection over
+    rr.mark_down(0, now=2.0)
+    rr.mark_down(1, now=2.0)
+    rr.mark_down(2, now=2.0)
+    assert rr.pick(2.1, tried={0, 2}) == 1  # all ejected: an untried one first
+    assert rr.pick(2.1, tried={0, 1, 2}) in (0, 1, 2)  # still an answer
+    assert not rr.untried_up(2.1, set())
+    rr.mark_up(1)
+    assert rr.untried_up(2.1, set()) and not rr.untried_up(2.1, {1})
+
+
+class FakeReplica:
+    """A `ServingClient` that fails its first `failures` calls with `error`."""
+
+    def __init__(self, name: str, error: ServingError | None = None, failures: int = 10**9) -> None:
+        self.name = name
+        self.error = error
+        self.failures = failures
+        self.calls = 0
+
+    async def predict(self, request: PredictRequest, deadline: Deadline) -> PredictResponse:
+        self.calls += 1
+        if self.error is not None and self.calls <= self.failures:
+            raise self.error
+        return PredictResponse({"who": Tensor((1,), [self.name.encode()])}, model_version=1)
+
+    async def model_status(self, model_name: str, deadline: Deadline) -> ModelStatus:
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def test_unavailable_moves_to_another_replica_and_down_ones_are_skipped() -> None:
+    dead = FakeReplica("dead", ServingUnavailable("refused", replica_down=True))
+    a, b = FakeReplica("a"), FakeReplica("b")
+    client = ReplicatedClient([dead, a, b], max_attempts=3, eject_s=60)
+    answers = [(await client.predict(REQUEST, Deadline.after(5))).outputs["who"].values[0] for _ in range(6)]
+    assert answers.count(b"a") == answers.count(b"b") == 3
+    assert dead.calls == 1  # ejected after its first refusal
+
+
+async def test_other_errors_are_not_retried() -> None:
+    for error in (ServingRejected("bad input"), ServingTimeout("slow"), ServingNotFound("no model")):
+        first, second = FakeReplica("1", error), FakeReplica("2")
+        with pytest.raises(type(error)):
+            await ReplicatedClient([first, second], max_attempts=3).predict(REQUEST, Deadline.after(5))
+        assert (first.calls, second.calls) == (1, 0)
+
+
+async def test_attempts_are_bounded_by_count_and_deadline() -> None:
+    down = ServingUnavailable("503 from serving")
+    only = FakeReplica("only", down)
+    with pytest.raises(ServingUnavailable):
+        await ReplicatedClient([only], max_attempts=4, backoff_initial_s=0.001).predict(REQUEST, Deadline.after(5))
+    assert only.calls == 4
+
+    slow_backoff = FakeReplica("slow", down)
+    client = ReplicatedClient([slow_backoff], max_attempts=1000, backoff_initial_s=0.05, backoff_max_s=0.05)
+    with pytest.raises(ServingUnavailable):
+        await client.predict(REQUEST, Deadline.after(0.3))
+    assert 1 < slow_backoff.calls < 1000  # the deadline, not the count, stopped it
+
+    recovering = FakeReplica("r", down, failures=2)
+    answer = await ReplicatedClient([recovering], max_attempts=3, backoff_initial_s=0.001).predict(
+        REQUEST, Deadline.after(5)
+    )
+    assert answer.outputs["who"].values == [b"r"] and recovering.calls == 3
+
+
+# --- deadlines -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("header", "budget"),
+    [(None, 2.0), ("500", 0.5), (" 1500 ", 1.5), ("999999", 2.0), ("2000", 2.0)],
+)
+def test_timeout_header_only_lowers_the_budget(header: str | None, budget: float) -> None:
+    assert parse_timeout_header(header, 2.0) == budget
+
+
+@pytest.mark.parametrize("header", ["0", "-5", "1.5", "abc", "", "１２"])
+def test_bad_timeout_headers_are_refused(header: str) -> None:
+    with pytest.raises(ValueError):
+        parse_timeout_header(header, 2.0)
+
+
+def test_deadline_arithmetic() -> None:
+    deadline = Deadline.after(2.0, now=100.0)
+    assert deadline.remaining(now=99.0) == 3.0 and not deadline.expired(now=101.9)
+    assert deadline.expired(now=102.0)
+    with pytest.raises(DeadlineExceeded, match="before calling serving"):
+        Deadline.after(-1).check("calling serving")
+    assert DataType.DT_FLOAT == 1
+
+
+def test_public_names_are_pinned() -> None:
+    import api.serving_client as package
+
+    assert package.__all__ == sorted(package.__all__)
+    assert set(package.__all__) == {
+        "Code", "DataType", "ModelSpec", "ModelStatus", "PredictRequest", "PredictResponse",
+        "ReplicatedClient", "RestTransport", "RoundRobin", "ServingBadResponse", "ServingClient",
+        "ServingError", "ServingInternalError", "ServingMisconfigured", "ServingNotFound",
+        "ServingRejected", "ServingTimeout", "ServingUnavailable", "Tensor", "VersionStatus",
+        "http_client", "is_retryable", "open_serving_client",
+    }  # fmt: skip
+    assert package.GrpcTransport.__name__ == "GrpcTransport"  # loaded on first use

@@ -1,0 +1,137 @@
+"""The API's transports against the real serving tier (`python -m serving`), not a fake.
+
+One serving process, several API processes in front of it:
+- REST and gRPC give the same scores for the same transactions (when serving has its
+  gRPC front end; until then the gRPC half is skipped, saying so);
+- serving's own answers to a misconfiguration (a signature it does not have) come out
+  as 503 `serving_misconfigured`, over each protocol;
+- coalescing on gives the same scores as coalescing off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from api.deadlines import Deadline
+from api.serving_client import GrpcTransport, ServingError  # type: ignore[attr-defined]
+from tests.api.stack import Api, answers_ok, run_load, start_api_process, transactions
+from tests.support import Proc, free_port, local_models_config, start_serving, wait_until
+
+SCORE = "/v1/fraud/score"
+
+
+@dataclass
+class Serving:
+    proc: Proc
+    rest_url: str
+    grpc_target: str
+
+
+@pytest.fixture(scope="module")
+def serving(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serving]:
+    tmp = tmp_path_factory.mktemp("real-serving")
+    rest_port, grpc_port = free_port(), free_port()
+    proc = start_serving(local_models_config(tmp), rest_port, grpc_port, tmp / "serving.log")
+    s = Serving(proc, f"http://127.0.0.1:{rest_port}", f"127.0.0.1:{grpc_port}")
+
+    def available() -> bool:
+        assert proc.alive(), proc.log()
+        try:
+            return '"AVAILABLE"' in httpx.get(s.rest_url + "/v1/models/fraud", timeout=1).text
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_until(available, 180, "python -m serving: fraud AVAILABLE")
+        yield s
+    finally:
+        proc.stop()
+
+
+@pytest.fixture
+def apis() -> Iterator[list[Api]]:
+    started: list[Api] = []
+    yield started
+    for api in started:
+        api.proc.stop()
+
+
+def grpc_front_end_or_skip(serving: Serving) -> None:
+    """Skip unless serving answers model status over gRPC (its REST side is up by now)."""
+
+    async def probe() -> bool:
+        transport = GrpcTransport(serving.grpc_target, call_timeout_s=5)
+        try:
+            await transport.model_status("fraud", Deadline.after(5))
+            return True
+        except ServingError:
+            return False
+        finally:
+            await transport.aclose()
+
+    if not asyncio.run(probe()):
+        pytest.skip("python -m serving does not answer gRPC on --port yet")
+
+
+def scores(api: Api, bodies: list[dict]) -> dict[str, float]:
+    run = run_load(api.url + SCORE, bodies, concurrency=4, max_seconds=120)
+    assert run.statuses() == {200: len(bodies)}, [o.body for o in run.outcomes if o.status != 200][:3]
+    return {o.body["transaction_id"]: o.body["fraud_score"] for o in run.outcomes}
+
+
+def test_rest_and_coalesced_rest_agree(serving: Serving, tmp_path: Path, apis: list[Api]) -> None:
+    bodies = transactions(120, seed=99)
+    plain = start_api_process(tmp_path, "rest", serving.rest_url)
+    apis.append(plain)
+    coalesced = start_api_process(
+        tmp_path, "rest-coalesced", serving.rest_url, COALESCING_ENABLED="true", COALESCING_WINDOW_MS="5"
+    )
+    apis.append(coalesced)
+    expected = scores(plain, bodies)
+    got = scores(coalesced, bodies)
+    assert got.keys() == expected.keys()
+    for key, value in expected.items():
+        assert got[key] == pytest.approx(value, abs=1e-6)
+
+
+def test_rest_and_grpc_agree(serving: Serving, tmp_path: Path, apis: list[Api]) -> None:
+    grpc_front_end_or_skip(serving)
+    bodies = transactions(120, seed=98)
+    rest = start_api_process(tmp_path, "rest", serving.rest_url)
+    apis.append(rest)
+    grpc = start_api_process(
+        tmp_path, "grpc", serving.rest_url, SERVING_PROTOCOL="grpc", SERVING_GRPC_TARGETS=serving.grpc_target
+    )
+    apis.append(grpc)
+    expected = scores(rest, bodies)
+    got = scores(grpc, bodies)
+    for key, value in expected.items():
+        assert got[key] == pytest.approx(value, abs=1e-6)
+
+
+@pytest.mark.parametrize("protocol", ["rest", "grpc"])
+def test_a_signature_serving_lacks_is_a_misconfiguration(
+    serving: Serving, tmp_path: Path, apis: list[Api], protocol: str
+) -> None:
+    if protocol == "grpc":
+        grpc_front_end_or_skip(serving)
+    api = start_api_process(
+        tmp_path,
+        protocol,
+        serving.rest_url,
+        SERVING_PROTOCOL=protocol,
+        SERVING_GRPC_TARGETS=serving.grpc_target,
+        FRAUD_SIGNATURE_NAME="no_such_signature",
+    )
+    apis.append(api)
+    assert answers_ok(api.url + "/readyz")  # the model is there; its signature is not
+    response = httpx.post(api.url + SCORE, json=transactions(1)[0], timeout=10)
+    assert response.status_code == 503, response.text
+    assert response.json()["code"] == "serving_misconfigured"
+    assert "no_such_signature" in response.json()["detail"]
