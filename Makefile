@@ -1,6 +1,11 @@
 # make run   - create .venv if missing, install, start serving + API on the example models
 # make test  - the test suite (what CI runs)
-# make model - retrain and re-export the fraud example (models/fraud/1)
+# make model - retrain and re-export the examples (models/fraud/1, models/digits/1)
+# make doctor - check the CPU budget of both tiers, blocking async endpoints, gunicorn preload
+# make protos - regenerate the API's TF Serving protos (api/protos/*_pb2*.py) from their .proto files
+# make bench - naive vs tuned in-process vs split vs ceiling, quick plan (< 5 min on 2 cores; needs wrk)
+# make bench-full - the same benchmark, full plan (longer runs, more offered loads)
+# make bench-serving - the serving tier alone: REST/gRPC, batching off/on, 1/2 cores (~6 min; needs wrk)
 
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -9,14 +14,14 @@ API_PORT ?= 8000
 REST_API_PORT ?= 8501
 GRPC_PORT ?= 8500
 
-.PHONY: install run test model clean
+.PHONY: install run test model protos doctor bench bench-full bench-serving clean
 
 install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[api,serving,dev]'
+	$(PY) -m pip install --quiet -e '.[api,serving,dev,bench]'
 	@touch $(STAMP)
 
 run: $(STAMP)
@@ -28,6 +33,22 @@ test: $(STAMP)
 
 model: $(STAMP)
 	$(PY) -m models.train_fraud --output models/fraud --version 1
+	$(PY) -m models.train_digits --output models/digits --version 1
+
+protos: $(STAMP)
+	$(PY) -m api.protos.generate
+
+doctor: $(STAMP)
+	$(PY) -m api.doctor
+
+bench: $(STAMP)
+	$(PY) -m bench
+
+bench-full: $(STAMP)
+	$(PY) -m bench --full
+
+bench-serving: $(STAMP)
+	$(PY) -m bench.serving_tier
 
 clean:
 	rm -rf $(VENV) .pytest_cache

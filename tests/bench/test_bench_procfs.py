@@ -1,0 +1,93 @@
+"""/proc parsing (captured files) and the live process tree, CPU and PSS readers."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.memory import parse_smaps_rollup, process_memory, tree_memory
+from bench.procfs import (
+    ProcStat,
+    parse_stat,
+    parse_system_cpu,
+    process_tree,
+    read_stat,
+    system_cpu_ticks,
+    tree_cpu_ticks,
+)
+
+DATA = Path(__file__).parent / "data"
+
+
+def test_parse_stat() -> None:
+    stat = parse_stat((DATA / "proc_pid_stat.txt").read_text())
+    assert (stat.pid, stat.comm, stat.ppid) == (20877, "python", 20875)
+    assert (stat.utime_ticks, stat.stime_ticks) == (2, 0)
+    assert stat.cpu_ticks == 2
+
+
+def test_parse_stat_with_spaces_and_parentheses_in_the_name() -> None:
+    stat = parse_stat((DATA / "proc_pid_stat_odd_comm.txt").read_text())
+    assert (stat.pid, stat.comm, stat.ppid) == (20883, "sl (x) y", 20875)
+
+
+def test_parse_stat_rejects_other_text() -> None:
+    with pytest.raises(ValueError):
+        parse_stat("cpu  118293 0 11324")
+
+
+def test_system_cpu_busy_ticks() -> None:
+    # cpu  118293 0 11324 154651 490 0 595 1261: user+nice+system+irq+softirq+steal
+    assert parse_system_cpu((DATA / "proc_stat.txt").read_text()) == 118293 + 11324 + 595 + 1261
+
+
+def test_smaps_rollup_fields() -> None:
+    fields = parse_smaps_rollup((DATA / "smaps_rollup.txt").read_text())
+    assert fields["Rss"] == 10448
+    assert fields["Pss"] == 4605
+    assert "[rollup]" not in "".join(fields)
+
+
+def test_process_tree_from_a_snapshot() -> None:
+    snapshot = [
+        ProcStat(1, "init", 0, 0, 0),
+        ProcStat(10, "gunicorn", 1, 0, 0),
+        ProcStat(11, "worker", 10, 0, 0),
+        ProcStat(12, "worker", 10, 0, 0),
+        ProcStat(13, "child", 12, 0, 0),
+        ProcStat(20, "other", 1, 0, 0),
+    ]
+    assert process_tree([10], snapshot) == [10, 11, 12, 13]
+    assert process_tree([10, 12], snapshot) == [10, 12, 11, 13]  # roots first, once each
+    assert process_tree([99], snapshot) == []
+
+
+def test_live_tree_cpu_and_memory() -> None:
+    # A real child that burns some CPU, then sleeps until stdin closes.
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sum(range(3_000_000)); sys.stdin.read()"],
+        stdin=subprocess.PIPE,
+    )
+    try:
+        tree = process_tree([os.getpid()])
+        assert tree[0] == os.getpid()
+        assert child.pid in tree
+        stat = read_stat(child.pid)
+        assert stat is not None and stat.ppid == os.getpid()
+        ticks = tree_cpu_ticks(tree)
+        assert set(ticks) <= set(tree)
+        assert ticks[os.getpid()] > 0
+        memory = tree_memory([os.getpid(), child.pid], {os.getpid(): "pytest"})
+        assert [p.role for p in memory.processes][0] == "pytest"
+        assert all(0 < p.pss_mb <= p.rss_mb for p in memory.processes)
+        assert memory.pss_mb == pytest.approx(sum(p.pss_mb for p in memory.processes))
+    finally:
+        child.stdin.close()  # type: ignore[union-attr]
+        child.wait(10)
+    assert read_stat(child.pid) is None
+    assert process_memory(child.pid, "gone") is None
+    assert system_cpu_ticks() > 0
