@@ -5,6 +5,12 @@ processes mapping it, so the PSS of a tree sums to the memory the tree really co
 TensorFlow's library pages shared by several workers are counted once, not once per
 worker as RSS would (FACTS.md: naive 1,773 MB RSS against 1,019 MB PSS). It is the
 figure a container's memory limit is closest to. smaps_rollup needs Linux >= 4.14.
+
+PSS divides a shared page among every process that maps it, inside the setup or not:
+on a machine where other processes map the same files (another TensorFlow process from
+the same environment), the setup's PSS comes out lower. USS (private pages only) is
+recorded beside it: it does not depend on other processes, but leaves shared library
+pages out altogether.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ class ProcessMemory:
     role: str  # which part of the setup it is, e.g. "api master", "api worker", "serving"
     pss_mb: float
     rss_mb: float
+    uss_mb: float = 0.0  # Private_Clean + Private_Dirty
 
 
 @dataclass(frozen=True)
@@ -43,6 +50,11 @@ class TreeMemory:
     def rss_mb(self) -> float:
         """Sum of RSS over the tree, MiB (counts shared pages once per process)."""
         return sum(p.rss_mb for p in self.processes)
+
+    @property
+    def uss_mb(self) -> float:
+        """Sum of USS (private pages) over the tree, MiB."""
+        return sum(p.uss_mb for p in self.processes)
 
 
 def parse_smaps_rollup(text: str) -> dict[str, int]:
@@ -79,6 +91,7 @@ def process_memory(pid: int, role: str, proc: Path = PROC) -> ProcessMemory | No
         role=role,
         pss_mb=fields["Pss"] / KIB_PER_MIB,
         rss_mb=fields.get("Rss", 0) / KIB_PER_MIB,
+        uss_mb=(fields.get("Private_Clean", 0) + fields.get("Private_Dirty", 0)) / KIB_PER_MIB,
     )
 
 

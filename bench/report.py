@@ -244,9 +244,14 @@ def memory_table(results: BenchResults) -> str:
             parts = ", ".join(
                 f"{role} {len(v)}× {sum(v) / len(v):,.0f}" for role, v in sorted(by_role.items())
             )
-            rows.append([s.name, str(m.workers), _num(m.pss_mb, 0), _num(m.rss_mb, 0), parts])
+            rows.append(
+                [s.name, str(m.workers), _num(m.pss_mb, 0), _num(m.uss_mb, 0), _num(m.rss_mb, 0),
+                 parts]
+            )
     return _table(
-        ["Setup", "API workers", "Total PSS (MB)", "Total RSS (MB)", "PSS per process (MB)"], rows
+        ["Setup", "API workers", "Total PSS (MB)", "Total USS (MB)", "Total RSS (MB)",
+         "PSS per process (MB)"],
+        rows,
     )
 
 

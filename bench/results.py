@@ -82,6 +82,11 @@ class MemoryRun:
         """Sum of RSS over all processes, MiB (shared pages counted once per process)."""
         return sum(p.rss_mb for p in self.processes)
 
+    @property
+    def uss_mb(self) -> float:
+        """Sum of USS (private pages) over all processes, MiB."""
+        return sum(p.uss_mb for p in self.processes)
+
 
 @dataclass
 class SetupResult:

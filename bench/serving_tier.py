@@ -498,7 +498,13 @@ def profile_server(
     output, _ = recorder.communicate(timeout=args.duration + 60)
     if recorder.returncode != 0 or not raw.exists():
         return {"error": output.decode(errors="replace")[-500:]}
-    summary = summarize(parse_collapsed(raw.read_text()), top=15)
+    # py-spy writes threads caught outside Python code as a stack with no frames (" 7"), which
+    # bench.profile's parser refuses; they carry no function to report anyway.
+    lines = [line for line in raw.read_text().splitlines() if line and not line.startswith(" ")]
+    try:
+        summary = summarize(parse_collapsed("\n".join(lines)), top=15)
+    except ValueError as exc:
+        return {"error": str(exc)[:500], "raw": str(raw)}
     summary["rps_while_profiled"] = round(result["rps"], 1)
     summary["raw"] = str(raw)
     return summary

@@ -18,6 +18,10 @@ after TF Serving's concepts:
 ``periodic_function``       a function called every N seconds on its own thread (the polls)
 ``apis``                    numpy request/response types: ModelSpec, PredictRequest/Response
 ``predict``                 the core both front ends call: ``await Predictor.predict(request)``
+``session``                 how tensors get computed: ``Session`` interface, ``DirectSession``
+``batching``                ``--enable_batching``: ``BatchingSession`` (queues, timers, threads)
+``batch_merge``             merge / split / pad of batched tensors (pure)
+``metrics``                 ``--monitoring_config_file``: TF Serving's Prometheus metrics
 ``classify_regress``        Classify / Regress / MultiInference on serialized tf.Examples (core)
 ``metadata``                GetModelStatus / GetModelMetadata responses and their REST JSON
 ``json_tensor``             TF Serving's JSON <-> tensor codec (pure)
@@ -29,6 +33,7 @@ after TF Serving's concepts:
 ``rest``                    the REST front end (Starlette app, TF Serving's path regexes)
 ``grpc_service``            the gRPC front end: PredictionService, ModelService on ``grpc.aio``
 ``server``                  composition root: event loop, front ends, signals, shutdown
+``protos``                  generated code of TF Serving config protos the wheel lacks
 ==========================  ========================================================================
 
 Importing this package does nothing: no TensorFlow import, no argument parsing, no app.

@@ -304,7 +304,6 @@ class BatchingSession:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._dispatch_pending = False
         self._timer: asyncio.TimerHandle | None = None
-        self._timer_due = 0.0
 
     @property
     def options(self) -> BatchingOptions:
@@ -427,21 +426,22 @@ class BatchingSession:
         return live
 
     def _arm_timer(self, now: float) -> None:
-        """Wake up when the earliest open batch times out (a thread is free to take it then)."""
+        """Wake up when the earliest open batch times out (a thread is free to take it then).
+
+        A pending timer is never too late: batches opened since it was set time out after it
+        (and if its batch left early, the timer finds nothing ripe and sets the next one).
+        """
+        if self._timer is not None:
+            return
         due = min(
             (queue.open.opened for queue in self._queues.values() if queue.open.tasks),
             default=None,
         )
-        if due is None:
-            return
-        due += self._timeout_s
-        if self._timer is not None:
-            if self._timer_due <= due:
-                return
-            self._timer.cancel()
-        assert self._loop is not None
-        self._timer_due = due
-        self._timer = self._loop.call_later(max(0.0, due - now), self._on_timer)
+        if due is not None:
+            assert self._loop is not None
+            self._timer = self._loop.call_later(
+                max(0.0, due + self._timeout_s - now), self._on_timer
+            )
 
     def _on_timer(self) -> None:
         self._timer = None

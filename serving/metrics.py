@@ -45,9 +45,10 @@ value exactly on a limit lands one bucket lower than TF Serving would put it.
 
 Differences from TF Serving, on purpose: ``request_count``/``request_latency`` are recorded for
 REST and gRPC alike, once, by :class:`MonitoredPredictor` around the core call (TF Serving records
-them in each transport handler, and its latency also covers JSON/proto decoding); TensorFlow
-core's own ``:tensorflow:core:*`` metrics are not exported (the Python runtime keeps them in a
-registry it does not expose).
+them in each transport handler, and its latency also covers JSON/proto decoding; a request refused
+before the core call, e.g. malformed JSON, is not counted here); TensorFlow core's own
+``:tensorflow:core:*`` metrics are not exported (the Python runtime keeps them in a registry it
+does not expose).
 
 prometheus-client keeps the values (thread-safe counters and histograms in a private
 :class:`~prometheus_client.CollectorRegistry`); :meth:`ServingMetrics.render` writes them in TF

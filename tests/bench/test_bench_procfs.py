@@ -49,6 +49,7 @@ def test_smaps_rollup_fields() -> None:
     fields = parse_smaps_rollup((DATA / "smaps_rollup.txt").read_text())
     assert fields["Rss"] == 10448
     assert fields["Pss"] == 4605
+    assert fields["Private_Clean"] + fields["Private_Dirty"] <= fields["Pss"]
     assert "[rollup]" not in "".join(fields)
 
 
@@ -83,7 +84,7 @@ def test_live_tree_cpu_and_memory() -> None:
         assert ticks[os.getpid()] > 0
         memory = tree_memory([os.getpid(), child.pid], {os.getpid(): "pytest"})
         assert [p.role for p in memory.processes][0] == "pytest"
-        assert all(0 < p.pss_mb <= p.rss_mb for p in memory.processes)
+        assert all(0 < p.uss_mb <= p.pss_mb <= p.rss_mb for p in memory.processes)
         assert memory.pss_mb == pytest.approx(sum(p.pss_mb for p in memory.processes))
     finally:
         child.stdin.close()  # type: ignore[union-attr]

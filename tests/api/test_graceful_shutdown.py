@@ -1,0 +1,244 @@
+"""SIGTERM to the API while it is under load: nothing in flight is lost or cut.
+
+Starts `python -m serving` and the API (gunicorn with two uvicorn workers, and a single
+uvicorn process) on loopback, drives a bounded concurrent load of fraud scores (16
+client threads, each request on a new connection, at most `LOAD_S` seconds), sends
+SIGTERM to the API's main process while requests are in flight, and checks:
+
+- every request that got an answer got a complete 200: no other status, no answer
+  cut short after its status line;
+- a request without an answer was refused at connect (the listening socket was
+  closed) or its connection was closed before any byte of an answer, and then it was
+  never scored (no event): a client may retry it safely;
+- the process exits cleanly (gunicorn's master 0; uvicorn 0 or -SIGTERM: it re-raises
+  the signal it handled once its graceful shutdown is done), with no traceback logged;
+- the score-event file (`EVENTS_JSONL_PATH`) holds exactly one event per 200 answer,
+  matched by request id, with the answer's transaction id and score.
+
+Why "closed before any answer" happens at all (measured: 1-7 of ~90 requests per run):
+Linux resets the connections a listening socket's accept queue still holds when the
+socket's last descriptor closes (the kernel completed their handshakes, the app never
+accepted them), and uvicorn's shutdown closes accepted connections whose request it
+has not read yet. Under gunicorn the master closes its listeners first, then each
+worker closes its own copy. Neither can be told apart from "refused" by the request's
+fate: it was not processed. Avoiding them needs traffic to stop before SIGTERM (the
+load balancer drains on readiness, then the pod is signalled), not a server change.
+
+Each request uses its own connection so that a request is never sent on a connection
+the server is closing as idle, which HTTP/1.1 leaves to the client to retry
+(RFC 9112 §9.3.1).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+from models.transactions import generate_transactions
+from tests.support import (
+    Proc,
+    free_port,
+    http_ok,
+    local_models_config,
+    start_api,
+    start_serving,
+    wait_until,
+)
+
+CLIENTS = 16
+LOAD_S = 4.0  # the load's upper bound in time; each client also stops once refused
+MAX_REQUESTS = 4000  # ... and in count, over all clients
+ANSWERS_BEFORE_SIGTERM = 20
+TIMEOUT_S = 10.0  # per request: far above any real answer time, so only a hang trips it
+
+
+@pytest.fixture(scope="module")
+def serving(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    tmp = tmp_path_factory.mktemp("shutdown-serving")
+    rest_port = free_port()
+    proc = start_serving(local_models_config(tmp), rest_port, free_port(), tmp / "serving.log")
+    url = f"http://127.0.0.1:{rest_port}"
+
+    def available() -> bool:
+        assert proc.alive(), proc.log()
+        try:
+            return '"AVAILABLE"' in httpx.get(f"{url}/v1/models/fraud", timeout=1.0).text
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_until(available, 120, "the fraud model to be AVAILABLE")
+        yield url
+    finally:
+        proc.stop()
+
+
+@dataclass
+class Load:
+    """Outcomes of the load, filled by the client threads."""
+
+    base_url: str
+    bodies: list[dict]
+    answered: dict[str, dict] = field(default_factory=dict)  # request id -> 200 body
+    refused: int = 0
+    unanswered: dict[str, str] = field(default_factory=dict)  # request id -> error, no status
+    failures: list[str] = field(default_factory=list)  # anything else, described
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _next: int = 0
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def _take(self) -> int | None:
+        with self._lock:
+            if self._next >= MAX_REQUESTS:
+                return None
+            self._next += 1
+            return self._next - 1
+
+    def client(self) -> None:
+        deadline = time.monotonic() + LOAD_S
+        # No keep-alive: a fresh connection per request (see module doc).
+        no_keepalive = httpx.Limits(max_keepalive_connections=0)
+        with httpx.Client(base_url=self.base_url, timeout=TIMEOUT_S, limits=no_keepalive) as c:
+            while not self.stop.is_set() and time.monotonic() < deadline:
+                i = self._take()
+                if i is None:
+                    return
+                if not self._send(c, i):
+                    return
+
+    def _send(self, c: httpx.Client, i: int) -> bool:
+        """One request; False once the server refused the connection."""
+        rid = f"shutdown-{i}"
+        body = self.bodies[i % len(self.bodies)]
+        request = c.build_request(
+            "POST", "/v1/fraud/score", json=body, headers={"X-Request-ID": rid}
+        )
+        try:
+            response = c.send(request, stream=True)
+        except httpx.ConnectError:
+            with self._lock:
+                self.refused += 1
+            return False  # the listening socket is closed: this client is done
+        except (httpx.ReadError, httpx.RemoteProtocolError) as exc:
+            # Closed before a status line came back (see module doc): such a request
+            # must not have been scored, which check_events verifies.
+            with self._lock:
+                self.unanswered[rid] = f"{type(exc).__name__}: {exc}"
+            return True
+        except httpx.HTTPError as exc:
+            with self._lock:
+                self.failures.append(f"{rid}: {type(exc).__name__}: {exc}")
+            return True
+        try:
+            data = response.read()  # an error here is an answer cut short
+        except httpx.HTTPError as exc:
+            with self._lock:
+                self.failures.append(f"{rid}: truncated answer: {type(exc).__name__}: {exc}")
+            return True
+        finally:
+            response.close()
+        answer = json.loads(data) if response.status_code == 200 else None
+        with self._lock:
+            if answer is not None and answer["transaction_id"] == body["transaction_id"]:
+                self.answered[rid] = answer
+            else:
+                self.failures.append(f"{rid}: {response.status_code} {data[:200]!r}")
+        return True
+
+    def run_and_terminate(self, proc: Proc) -> None:
+        """Run the load; SIGTERM `proc` once `ANSWERS_BEFORE_SIGTERM` have been answered."""
+        threads = [threading.Thread(target=self.client, daemon=True) for _ in range(CLIENTS)]
+        for t in threads:
+            t.start()
+        try:
+            wait_until(
+                lambda: len(self.answered) >= ANSWERS_BEFORE_SIGTERM or bool(self.failures),
+                LOAD_S,
+                f"{ANSWERS_BEFORE_SIGTERM} answers before SIGTERM",
+            )
+            assert not self.failures, self.failures[:5]
+            proc.popen.send_signal(signal.SIGTERM)
+        finally:
+            for t in threads:
+                t.join(LOAD_S + TIMEOUT_S)
+            self.stop.set()
+
+
+def check_events(events_path: Path, load: Load) -> None:
+    """Exactly one event per 200 answer, with the answer's transaction id and score."""
+    rows = [json.loads(line) for line in events_path.read_text().splitlines()]
+    by_rid: dict[str, dict] = {}
+    for row in rows:
+        assert row["request_id"] not in by_rid, f"two events for {row['request_id']}"
+        by_rid[row["request_id"]] = row
+    assert not set(by_rid) & set(load.unanswered), "a request scored but never answered"
+    assert set(by_rid) == set(load.answered), (
+        f"events without a 200: {sorted(set(by_rid) - set(load.answered))[:5]}, "
+        f"200s without an event: {sorted(set(load.answered) - set(by_rid))[:5]}"
+    )
+    for rid, answer in load.answered.items():
+        assert by_rid[rid]["transaction_id"] == answer["transaction_id"]
+        assert by_rid[rid]["score"] == answer["fraud_score"]
+
+
+def run_case(proc: Proc, base: str, events_path: Path) -> int:
+    """Load `proc`, SIGTERM it, check the outcomes and events; its exit code."""
+    bodies = [t.body for t in generate_transactions(512, seed=23)]
+    load = Load(base, bodies)
+    try:
+        wait_until(lambda: proc.alive() and http_ok(f"{base}/readyz"), 90, "the API to be ready")
+        load.run_and_terminate(proc)
+    finally:
+        code = proc.stop()
+    log = proc.log_path.read_text()
+    print(
+        f"\n{len(load.answered)} answered, {load.refused} refused, "
+        f"{len(load.unanswered)} closed unanswered, {len(load.failures)} failed; "
+        f"exit {code}"
+    )
+    assert not load.failures, (load.failures[:5], log[-3000:])
+    assert len(load.answered) >= ANSWERS_BEFORE_SIGTERM
+    # The signal came while the clients were sending: they saw the socket close.
+    assert load.refused + len(load.unanswered) > 0
+    assert "Traceback" not in log, log[-4000:]
+    check_events(events_path, load)
+    return code
+
+
+def test_gunicorn_sigterm_under_load_loses_nothing(serving: str, tmp_path: Path) -> None:
+    port = free_port()
+    events = tmp_path / "events.jsonl"
+    prom_dir = tmp_path / "prometheus"
+    prom_dir.mkdir()
+    gunicorn = Proc(
+        [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "api.app:create_app()"],
+        tmp_path / "gunicorn.log",
+        env={
+            "WEB_CONCURRENCY": "2",
+            "API_BIND": f"127.0.0.1:{port}",
+            "SERVING_URL": serving,
+            "PROMETHEUS_MULTIPROC_DIR": str(prom_dir),
+            "EVENTS_JSONL_PATH": str(events),
+            "ACCESS_LOG": "false",
+        },
+    )
+    assert run_case(gunicorn, f"http://127.0.0.1:{port}", events) == 0
+
+
+def test_uvicorn_sigterm_under_load_loses_nothing(serving: str, tmp_path: Path) -> None:
+    port = free_port()
+    events = tmp_path / "events.jsonl"
+    api = start_api(
+        port, serving, tmp_path / "api.log", EVENTS_JSONL_PATH=str(events), ACCESS_LOG="false"
+    )
+    # uvicorn re-raises the SIGTERM it handled once its graceful shutdown is done.
+    assert run_case(api, f"http://127.0.0.1:{port}", events) in (0, -signal.SIGTERM)
