@@ -31,10 +31,20 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 log() { echo "run-server: $*" >&2; }
 
 [[ -f "$MODEL_CONFIG_FILE" ]] || { log "model config file not found: $MODEL_CONFIG_FILE"; exit 2; }
+
+# A port already in use would make the readiness polls below talk to someone else's
+# server; refuse to start instead.
+for port in "$GRPC_PORT" "$REST_API_PORT" "$API_PORT"; do
+  if "$PYTHON" -c "import socket, sys; socket.create_connection(('127.0.0.1', int(sys.argv[1])), 0.5)" "$port" 2>/dev/null; then
+    log "port $port is already in use (another run-server.sh?); set GRPC_PORT / REST_API_PORT / API_PORT"
+    exit 1
+  fi
+done
 config=$MODEL_CONFIG_FILE
 if [[ -n "${MODELS_DIR:-}" ]]; then
   models_dir=$(cd "$MODELS_DIR" && pwd)
   config=$(mktemp "${TMPDIR:-/tmp}/models.config.XXXXXX")
+  trap 'rm -f "$config"' EXIT
   sed "s#\"/models/#\"${models_dir}/#g" "$MODEL_CONFIG_FILE" > "$config"
 fi
 mapfile -t model_names < <(sed -n 's/^[[:space:]]*name:[[:space:]]*"\([^"]*\)".*/\1/p' "$config")
@@ -88,8 +98,10 @@ api_pid=$!
 # Report readiness once the API itself answers /readyz.
 api_url="http://127.0.0.1:${API_PORT}"
 until "$PYTHON" -c "import sys, urllib.request as u; u.urlopen(sys.argv[1], timeout=2)" "$api_url/readyz" 2>/dev/null; do
-  kill -0 "$api_pid" 2>/dev/null || break
-  if (( SECONDS >= deadline + 60 )); then log "API not ready in time"; break; fi
+  if ! kill -0 "$api_pid" 2>/dev/null; then
+    log "API exited before it was ready"; stop_all; exit 1
+  fi
+  if (( SECONDS >= deadline + 60 )); then log "API not ready in time"; stop_all; exit 1; fi
   sleep 0.2
 done
 log "API ready on ${api_url} (serving at $SERVING_URL). Try:"

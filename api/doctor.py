@@ -403,10 +403,22 @@ def _at_least(minimum: int) -> Callable[[str], int]:
     return parse
 
 
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError("must be a positive number")
+    return value
+
+
 def parser() -> argparse.ArgumentParser:
     """The command line of `python -m api.doctor`."""
     p = argparse.ArgumentParser(prog="python -m api.doctor", description=__doc__.splitlines()[0])
-    p.add_argument("--cpus", type=float, help="CPUs to budget for (default: cgroup quota/affinity)")
+    p.add_argument(
+        "--cpus", type=_positive_float, help="CPUs to budget for (default: cgroup quota/affinity)"
+    )
     p.add_argument(
         "--workers",
         type=_at_least(1),
@@ -426,7 +438,12 @@ def parser() -> argparse.ArgumentParser:
         default="api.app:create_app",
         help="module:factory of the app to check ('' to skip)",
     )
-    p.add_argument("--gunicorn-config", type=Path, default=Path("gunicorn.conf.py"))
+    p.add_argument(
+        "--gunicorn-config",
+        type=Path,
+        default=Path("gunicorn.conf.py"),
+        help="gunicorn config file to check for preload_app and the worker class",
+    )
     return p
 
 

@@ -39,7 +39,9 @@ DeviceOS = Literal["android", "ios", "web", "windows", "macos", "linux", "other"
 class _Strict(BaseModel):
     """Base for request bodies: unknown fields are errors, not silently dropped."""
 
-    model_config = ConfigDict(extra="forbid", strict=False)
+    # NaN and Infinity (accepted by the JSON parser) are not amounts or coordinates:
+    # reject them as such rather than with a misleading range error.
+    model_config = ConfigDict(extra="forbid", strict=False, allow_inf_nan=False)
 
 
 class Location(_Strict):

@@ -178,6 +178,8 @@ def _with(path: str, value: object) -> dict:
         (_without("user_history.avg_amount_30d"), "avg_amount_30d"),
         (_with("amount", -5.0), "amount"),
         (_with("amount", 0), "amount"),
+        (_with("amount", float("nan")), "amount"),  # sent as the bare NaN token
+        (_with("location.lon", float("inf")), "lon"),
         (_with("timestamp", "yesterday"), "timestamp"),
         (_with("timestamp", "2026-11-29T14:03:00"), "timestamp"),  # no UTC offset
         (_with("currency", "XYZ"), "currency"),

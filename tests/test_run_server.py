@@ -68,3 +68,22 @@ def test_run_server_fails_fast_on_a_missing_config(tmp_path: Path) -> None:
     proc = Proc(["bash", str(REPO / "run-server.sh")], tmp_path / "log", env=env)
     assert proc.popen.wait(30) != 0
     assert "not found" in proc.log()
+
+
+def test_run_server_refuses_a_port_in_use(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        env = {
+            "MODELS_DIR": str(REPO / "models"),
+            "PYTHON": sys.executable,
+            "API_PORT": str(port),
+            "REST_API_PORT": str(free_port()),
+            "GRPC_PORT": str(free_port()),
+        }
+        proc = Proc(["bash", str(REPO / "run-server.sh")], tmp_path / "log", env=env)
+        assert proc.popen.wait(30) == 1
+    assert f"port {port} is already in use" in proc.log()

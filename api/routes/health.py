@@ -8,6 +8,7 @@ from pydantic import BaseModel
 from api.limits import request_deadline
 from api.schemas import ModelInfo
 from api.scoring import FraudScorer
+from api.serving_client import ServingError, ServingUnavailable
 
 router = APIRouter(tags=["health"])
 
@@ -36,10 +37,16 @@ async def readyz(request: Request) -> Readiness:
     """Ready when serving reports a version of the fraud model AVAILABLE.
 
     Reads model status afresh on every call (no cache), so a probe sees serving go
-    down and come back, within the request's deadline. Failures are answered 503/504
-    in the error shape of `api.errors`.
+    down and come back, within the request's deadline. Every failure, a timeout
+    included, is answered 503 `serving_unavailable` in the error shape of `api.errors`:
+    a probe only needs "not ready", and 503 is what orchestrators expect.
     """
     scorer: FraudScorer = request.app.state.fraud_scorer
     scorer.latest.invalidate()
-    version = await scorer.latest.get(request_deadline(request))
+    try:
+        version = await scorer.latest.get(request_deadline(request))
+    except ServingUnavailable:
+        raise
+    except ServingError as exc:
+        raise ServingUnavailable(f"not ready: {exc.message}", target=exc.target) from exc
     return Readiness(status="ready", model=ModelInfo(name=scorer.model_name, version=version))

@@ -225,3 +225,11 @@ def test_command_line_entry_point() -> None:
     )  # fmt: skip
     assert bad.returncode == 1
     assert "oversubscribed: 10 busy threads on 4 CPUs" in bad.stdout
+
+
+@pytest.mark.parametrize("cpus", ["0", "-2", "nan", "inf", "abc"])
+def test_cpus_must_be_a_positive_number(cpus: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--cpus", cpus, "--app", ""], env={})
+    assert exit_info.value.code == 2
+    assert "--cpus" in capsys.readouterr().err

@@ -7,6 +7,8 @@ time; waits poll for readiness instead of sleeping.
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import threading
 from collections.abc import Iterator
@@ -18,6 +20,7 @@ import pytest
 from tests.api.stack import (
     Api,
     FakeServing,
+    answers_ok,
     expected_score,
     run_load,
     start_api_process,
@@ -252,3 +255,19 @@ def test_concurrent_requests_are_coalesced_into_one_predict(tmp_path: Path, proc
     by_id = {r.json()["transaction_id"]: r.json()["fraud_score"] for r in results}
     for body in bodies:  # each caller got its own row back
         assert by_id[body["transaction_id"]] == pytest.approx(expected_score(body))
+
+
+def test_readyz_is_503_when_serving_does_not_answer_in_time(tmp_path: Path, procs: list) -> None:
+    fake = start_fake(tmp_path, "serving")
+    procs.append(fake)
+    api = start_api_process(tmp_path, "api", fake.url)
+    procs.append(api)
+    os.kill(fake.proc.popen.pid, signal.SIGSTOP)  # accepts connections, never answers
+    try:
+        r = httpx.get(api.url + "/readyz", headers={"X-Request-Timeout-Ms": "300"}, timeout=10)
+    finally:
+        os.kill(fake.proc.popen.pid, signal.SIGCONT)
+    assert r.status_code == 503, r.text
+    assert r.json()["code"] == "serving_unavailable"
+    assert "not ready" in r.json()["detail"]
+    wait_until(lambda: answers_ok(api.url + "/readyz"), 30, "/readyz after SIGCONT")
