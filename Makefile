@@ -29,6 +29,7 @@ run: $(STAMP)
 	REST_API_PORT=$(REST_API_PORT) GRPC_PORT=$(GRPC_PORT) ./run-server.sh
 
 test: $(STAMP)
+	$(PY) -m ruff check --select E9,F .
 	$(PY) -m pytest
 
 model: $(STAMP)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import httpx
@@ -120,3 +121,29 @@ def local_models_config(tmp_dir: Path) -> Path:
     path = tmp_dir / "models.config"
     path.write_text(text)
     return path
+
+
+def wait_model_available(proc: Proc, rest_port: int, model: str = "fraud") -> None:
+    """Wait until serving reports a version of `model` AVAILABLE (fails if it exits)."""
+    url = f"http://127.0.0.1:{rest_port}/v1/models/{model}"
+
+    def available() -> bool:
+        assert proc.alive(), proc.log()
+        try:
+            return '"AVAILABLE"' in httpx.get(url, timeout=1.0).text
+        except httpx.HTTPError:
+            return False
+
+    wait_until(available, 120, f"model {model} to be AVAILABLE")
+
+
+@contextlib.contextmanager
+def running_serving(tmp_dir: Path) -> Iterator[str]:
+    """`python -m serving` on this checkout's models.config; yields its REST base URL."""
+    rest_port = free_port()
+    proc = start_serving(local_models_config(tmp_dir), rest_port, free_port(), tmp_dir / "serving.log")
+    try:
+        wait_model_available(proc, rest_port)
+        yield f"http://127.0.0.1:{rest_port}"
+    finally:
+        proc.stop()

@@ -29,6 +29,7 @@ from tests.support import (
     local_models_config,
     start_api,
     start_serving,
+    wait_model_available,
     wait_until,
 )
 
@@ -65,20 +66,9 @@ class Stack:
         self.serving = start_serving(
             self.config, self.rest_port, self.grpc_port, self.tmp / "serving-restart.log"
         )
-        wait_serving(self.serving, self.rest_port)
+        wait_model_available(self.serving, self.rest_port)
 
 
-def wait_serving(proc: Proc, rest_port: int) -> None:
-    url = f"http://127.0.0.1:{rest_port}/v1/models/fraud"
-
-    def available() -> bool:
-        assert proc.alive(), proc.log()
-        try:
-            return '"AVAILABLE"' in httpx.get(url, timeout=1.0).text
-        except httpx.HTTPError:
-            return False
-
-    wait_until(available, 120, "the fraud model to be AVAILABLE")
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +80,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     api = start_api(api_port, f"http://127.0.0.1:{rest_port}", tmp / "api.log")
     s = Stack(tmp, config, rest_port, grpc_port, serving, api, f"http://127.0.0.1:{api_port}")
     try:
-        wait_serving(serving, rest_port)
+        wait_model_available(serving, rest_port)
         wait_until(lambda: http_ok(s.api_url + "/readyz"), 60, "API /readyz")
         yield s
     finally:

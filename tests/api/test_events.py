@@ -25,9 +25,8 @@ from tests.support import (
     Proc,
     free_port,
     http_ok,
-    local_models_config,
+    running_serving,
     start_api,
-    start_serving,
     wait_until,
 )
 
@@ -198,23 +197,8 @@ async def test_http_sink_posts_jsonl_and_retries_5xx_only() -> None:
 
 @pytest.fixture(scope="module")
 def serving(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    tmp = tmp_path_factory.mktemp("events-serving")
-    rest_port = free_port()
-    proc = start_serving(local_models_config(tmp), rest_port, free_port(), tmp / "serving.log")
-    url = f"http://127.0.0.1:{rest_port}"
-
-    def available() -> bool:
-        assert proc.alive(), proc.log()
-        try:
-            return '"AVAILABLE"' in httpx.get(f"{url}/v1/models/fraud", timeout=1.0).text
-        except httpx.HTTPError:
-            return False
-
-    try:
-        wait_until(available, 120, "the fraud model to be AVAILABLE")
+    with running_serving(tmp_path_factory.mktemp("events-serving")) as url:
         yield url
-    finally:
-        proc.stop()
 
 
 def test_api_writes_exactly_one_event_per_scored_request_by_shutdown(

@@ -28,8 +28,7 @@ from tests.support import (
     Proc,
     free_port,
     http_ok,
-    local_models_config,
-    start_serving,
+    running_serving,
     wait_until,
 )
 
@@ -43,23 +42,8 @@ STAGE_COUNT = "api_request_stage_duration_seconds_count"
 
 @pytest.fixture(scope="module")
 def serving(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    tmp = tmp_path_factory.mktemp("gunicorn-serving")
-    rest_port = free_port()
-    proc = start_serving(local_models_config(tmp), rest_port, free_port(), tmp / "serving.log")
-    url = f"http://127.0.0.1:{rest_port}"
-
-    def available() -> bool:
-        assert proc.alive(), proc.log()
-        try:
-            return '"AVAILABLE"' in httpx.get(f"{url}/v1/models/fraud", timeout=1.0).text
-        except httpx.HTTPError:
-            return False
-
-    try:
-        wait_until(available, 120, "the fraud model to be AVAILABLE")
+    with running_serving(tmp_path_factory.mktemp("gunicorn-serving")) as url:
         yield url
-    finally:
-        proc.stop()
 
 
 def children(pid: int) -> list[int]:
