@@ -10,7 +10,7 @@ For every combination of
 * batching: ``off``; ``default`` -- ``--enable_batching`` with TF Serving's default parameters
   (no ``--batching_parameters_file``: ``batch_timeout_micros`` 0, so a batch only forms while
   every batch thread is busy; 1-core server only); ``tuned`` -- a parameters file as TF Serving's
-  batching guide suggests for CPU throughput (:data:`TUNED_BATCHING`: a 1 ms
+  batching guide suggests for CPU throughput (:data:`TUNED_BATCHING`: a 2 ms
   ``batch_timeout_micros``, ``num_batch_threads`` left at the server's CPUs);
 * protocol: REST (``:predict``, JSON ``instances``) and gRPC (``PredictionService/Predict``,
   ``tensor_content``);
@@ -80,7 +80,7 @@ BUSY_MACHINE_CORES = 0.25
 #: ``--batching_parameters_file`` of the ``tuned`` runs (BatchingParameters text proto).
 TUNED_BATCHING = (
     "max_batch_size { value: 512 }\n"
-    "batch_timeout_micros { value: 1000 }\n"
+    "batch_timeout_micros { value: 2000 }\n"
     "max_enqueued_batches { value: 100 }\n"
 )
 GOAL_PREDICTIONS_PER_S = 100_000

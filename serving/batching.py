@@ -26,9 +26,9 @@ Session) batches without knowing it:
 
 Queue bookkeeping runs on the event loop (no locks; deadlines on :func:`time.monotonic`); only
 merge, run, split and the per-request metrics run on the batch threads, which hand results back
-with ``call_soon_threadsafe`` (one wake-up of the loop per batch). Calls are awaited, so a waiting request holds no
-thread -- unlike TF Serving's blocking ``Run()``, where the batch size is capped by the number of
-request threads.
+with ``call_soon_threadsafe`` (one wake-up of the loop per batch). Calls are awaited, so a waiting
+request holds no thread -- unlike TF Serving's blocking ``Run()``, where the batch size is capped
+by the number of request threads.
 
 Differences from TF Serving, each to keep one request's failure its own:
 
