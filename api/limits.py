@@ -11,7 +11,8 @@ Three checks, outermost first, each answering in the API's error shape
 2. `DeadlineMiddleware`: fixes the request's `Deadline` on arrival from
    `REQUEST_TIMEOUT_S`, lowered by the caller's `X-Request-Timeout-Ms`
    (`api.deadlines`); a malformed header is answered 422. Routes read it with
-   `request_deadline(request)`.
+   `request_deadline(request)`. A body that has not fully arrived by the deadline is
+   answered 408 `request_timeout` (uvicorn has no body-read timeout of its own).
 3. `BodySizeLimitMiddleware`: a body over `MAX_BODY_BYTES` is answered 413
    `payload_too_large`: at once when `Content-Length` says so, else as soon as the
    streamed (e.g. chunked) bytes counted pass the limit, before the app has buffered
@@ -19,6 +20,8 @@ Three checks, outermost first, each answering in the API's error shape
 """
 
 from __future__ import annotations
+
+import asyncio
 
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Final
@@ -131,8 +134,50 @@ class DeadlineMiddleware:
             ]
             await error_response(422, "validation_error", detail)(scope, receive, send)
             return
-        scope.setdefault("state", {})[_DEADLINE_KEY] = Deadline.after(budget)
-        await self.app(scope, receive, send)
+        deadline = Deadline.after(budget)
+        scope.setdefault("state", {})[_DEADLINE_KEY] = deadline
+        body_done = False
+        timed_out = False
+        response_started = False
+
+        async def receive_within_deadline() -> Message:
+            # uvicorn has no body-read timeout: a client that announces a body and
+            # never sends it would hold the request forever. Bound the body's arrival
+            # by the request's own deadline; after the body, pass through untouched
+            # (later receives wait for a disconnect, which may rightly take long).
+            nonlocal body_done, timed_out
+            if body_done:
+                return await receive()
+            try:
+                async with asyncio.timeout(max(deadline.remaining(), 0.0)):
+                    message = await receive()
+            except TimeoutError:
+                timed_out = True
+                raise _BodyTimeout from None
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                body_done = True
+            return message
+
+        async def guarded_send(message: Message) -> None:
+            nonlocal response_started
+            if timed_out:
+                return  # FastAPI answers a failed body read 400: replaced by our 408
+            if message["type"] == "http.response.start":
+                response_started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive_within_deadline, guarded_send)
+        except Exception:
+            if not timed_out:
+                raise
+        if timed_out and not response_started:
+            detail = "request body not received within the request deadline"
+            await error_response(408, "request_timeout", detail)(scope, receive, send)
+
+
+class _BodyTimeout(Exception):
+    """Raised into the app from `receive` when the body does not arrive in time."""
 
 
 class _BodyTooLarge(Exception):

@@ -271,3 +271,32 @@ def test_readyz_is_503_when_serving_does_not_answer_in_time(tmp_path: Path, proc
     assert r.json()["code"] == "serving_unavailable"
     assert "not ready" in r.json()["detail"]
     wait_until(lambda: answers_ok(api.url + "/readyz"), 30, "/readyz after SIGCONT")
+
+
+def test_a_body_that_never_arrives_is_answered_408_within_the_deadline(
+    tmp_path: Path, procs: list
+) -> None:
+    fake = start_fake(tmp_path, "serving")
+    procs.append(fake)
+    api = start_api_process(tmp_path, "api", fake.url)
+    procs.append(api)
+    port = int(api.url.rsplit(":", 1)[1])
+    # 60,000 bytes announced, 2 sent; a budget of 300 ms: the answer must not wait for
+    # the rest (uvicorn itself would wait forever).
+    head = (
+        f"POST {SCORE} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        "content-length: 60000\r\nx-request-timeout-ms: 300\r\n\r\n{}"
+    ).encode()
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as sock:
+        sock.sendall(head)
+        answer = b""
+        while b"request_timeout" not in answer:
+            part = sock.recv(65536)
+            if not part:
+                break
+            answer += part
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+    assert b'"code":"request_timeout"' in answer
+    # A complete body is unaffected.
+    ok = httpx.post(api.url + SCORE, json=transactions(1)[0], timeout=10)
+    assert ok.status_code == 200, ok.text
