@@ -231,14 +231,6 @@ def _taskset(cpus: tuple[int, ...]) -> list[str]:
     return ["taskset", "-c", ",".join(map(str, cpus))] if cpus else []
 
 
-def local_models_config(run_dir: Path) -> Path:
-    """models.config with its /models/ prefix pointed at this checkout's models/."""
-    text = (REPO / "models.config").read_text().replace('"/models/', f'"{REPO}/models/')
-    path = run_dir / "models.config"
-    path.write_text(text)
-    return path
-
-
 class RunningSetup:
     """A started setup: its processes, its URL, its process tree. Stop with `stop()`.
 
@@ -314,8 +306,8 @@ class Serving:
 
 
 def start_serving(*, cpus: tuple[int, ...], run_dir: Path, tag: str) -> Serving:
-    """`python -m serving` on loopback with TF Serving's flags, one TF thread per CPU;
-    returns once model status reports the fraud model AVAILABLE.
+    """`python -m serving` on loopback with TF Serving's flags, the fraud model only, one TF
+    thread per CPU; returns once model status reports the fraud model AVAILABLE.
 
     Raises:
         SetupError: it exited or did not report AVAILABLE within READY_TIMEOUT_S.
@@ -332,7 +324,10 @@ def start_serving(*, cpus: tuple[int, ...], run_dir: Path, tag: str) -> Serving:
             f"--port={grpc_port}",
             f"--rest_api_port={rest_port}",
             "--rest_api_host=127.0.0.1",
-            f"--model_config_file={local_models_config(run_dir)}",
+            # The fraud model alone, as the in-process setups load it (models.config would
+            # add the digits CNN and its memory to the split's total only).
+            f"--model_name={MODEL_NAME}",
+            f"--model_base_path={REPO / 'models' / MODEL_NAME}",
             f"--tensorflow_intra_op_parallelism={threads}",
             f"--tensorflow_inter_op_parallelism={threads}",
         ],
