@@ -1,13 +1,23 @@
 """Request coalescing: concurrent Predicts merged into one call of N rows, split back.
 
-With `COALESCING_ENABLED`, predicts that arrive within `COALESCING_WINDOW_MS` of the
-first one of a batch, for the same servable, signature, version and input layout, go
-to serving as one Predict whose inputs are the callers' inputs concatenated along the
-batch dimension; each caller gets its own rows of every output back. A batch leaves
-when its window ends or when it holds `COALESCING_MAX_BATCH_ROWS` rows, whichever is
-first, so no caller waits more than the window for company. Serving pays its per-call
-cost once per batch (for a small model, 256 rows cost about 1.4x one row, see
-FACTS.md), which is what lifts the throughput of the split.
+With `COALESCING_ENABLED`, concurrent predicts for the same servable, signature,
+version and input layout go to serving as one Predict whose inputs are the callers'
+inputs concatenated along the batch dimension; each caller gets its own rows of every
+output back. A batch leaves at the first of:
+
+- it holds `COALESCING_MAX_BATCH_ROWS` rows;
+- fewer than `COALESCING_EAGER_BATCHES` batches of its key are in flight: it leaves at
+  the end of the current event-loop iteration, so requests that arrived together still
+  merge, but a lone request does not wait for company that is not coming;
+- a batch of its key comes back and leaves fewer than `COALESCING_EAGER_BATCHES` in
+  flight (what queued while serving worked goes at once);
+- its window, `COALESCING_WINDOW_MS` after its first request, ends.
+
+So at low load a request costs no added wait, and under load batches grow by
+themselves to what arrives during one serving round trip, with the window as the bound
+(`COALESCING_EAGER_BATCHES=0`: every batch waits its window, a fixed-window batcher).
+Serving pays its per-call cost once per batch (for a small model, 256 rows cost about
+1.4x one row, see FACTS.md), which is what lifts the throughput of the split.
 
 The merge and split are pure functions (`batch_key`, `merge_requests`,
 `split_response`); `CoalescingClient` only queues, times and hands out results. It is
@@ -125,7 +135,7 @@ class _Batch:
     key: Hashable
     members: list[_Member] = field(default_factory=list)
     rows: int = 0
-    timer: asyncio.TimerHandle | None = None
+    timer: asyncio.Handle | None = None  # call_soon (eager) or call_later (window)
 
 
 class CoalescingClient:
@@ -133,18 +143,27 @@ class CoalescingClient:
 
     Args:
         inner: the client batches are sent through (e.g. `ReplicatedClient`).
-        window_s: how long a batch waits for more requests after its first, seconds.
+        window_s: the longest a batch waits for more requests after its first, seconds.
         max_batch_rows: rows at which a batch leaves at once; a request with more
             rows than this goes alone.
+        eager_batches: a batch leaves without waiting for its window while fewer than
+            this many batches of its key are in flight; 0 always waits the window.
+
+    Raises:
+        ValueError: `window_s` < 0, `max_batch_rows` < 1 or `eager_batches` < 0.
     """
 
-    def __init__(self, inner: ServingClient, *, window_s: float, max_batch_rows: int) -> None:
-        if window_s < 0 or max_batch_rows < 1:
-            raise ValueError("window_s must be >= 0 and max_batch_rows >= 1")
+    def __init__(
+        self, inner: ServingClient, *, window_s: float, max_batch_rows: int, eager_batches: int = 1
+    ) -> None:
+        if window_s < 0 or max_batch_rows < 1 or eager_batches < 0:
+            raise ValueError("window_s must be >= 0, max_batch_rows >= 1 and eager_batches >= 0")
         self._inner = inner
         self._window_s = window_s
         self._max_rows = max_batch_rows
+        self._eager = eager_batches
         self._open: dict[Hashable, _Batch] = {}
+        self._in_flight: dict[Hashable, int] = {}  # batches sent and not back, per key
         self._running: set[asyncio.Task[None]] = set()
 
     async def predict(self, request: PredictRequest, deadline: Deadline) -> PredictResponse:
@@ -160,7 +179,12 @@ class CoalescingClient:
         if batch is None:
             batch = _Batch(key)
             self._open[key] = batch
-            batch.timer = asyncio.get_running_loop().call_later(self._window_s, self._dispatch, batch)
+            loop = asyncio.get_running_loop()
+            if self._in_flight.get(key, 0) < self._eager:
+                # Nothing to wait for: leave once the requests already runnable have joined.
+                batch.timer = loop.call_soon(self._dispatch, batch)
+            else:
+                batch.timer = loop.call_later(self._window_s, self._dispatch, batch)
         member = _Member(request, deadline, asyncio.get_running_loop().create_future())
         batch.members.append(member)
         batch.rows += rows
@@ -200,12 +224,30 @@ class CoalescingClient:
         batch.members = []
         if not members:
             return
-        task = asyncio.get_running_loop().create_task(self._run(members))
+        self._in_flight[batch.key] = self._in_flight.get(batch.key, 0) + 1
+        task = asyncio.get_running_loop().create_task(self._run(batch.key, members))
         self._running.add(task)  # keep a reference until done (the loop holds weak ones)
         task.add_done_callback(self._running.discard)
 
-    async def _run(self, members: list[_Member]) -> None:
+    def _returned(self, key: Hashable) -> None:
+        """A batch of `key` is back: below the eager limit, what queued meanwhile goes now."""
+        left = self._in_flight[key] - 1
+        if left:
+            self._in_flight[key] = left
+        else:
+            del self._in_flight[key]
+        waiting = self._open.get(key)
+        if waiting is not None and left < self._eager:
+            self._dispatch(waiting)
+
+    async def _run(self, key: Hashable, members: list[_Member]) -> None:
         """One Predict for the batch; every live member gets its part or the error."""
+        try:
+            await self._predict_batch(members)
+        finally:
+            self._returned(key)
+
+    async def _predict_batch(self, members: list[_Member]) -> None:
         deadline = max((m.deadline for m in members), key=lambda d: d.expires_at)
         try:
             merged = merge_requests([m.request for m in members])

@@ -126,10 +126,17 @@ class Settings(BaseSettings):
         default=2.0,
         ge=0.0,
         le=1000.0,
-        description="How long a batch waits for more requests after its first, milliseconds.",
+        description="The longest a batch waits for more requests after its first, milliseconds.",
     )
     coalescing_max_batch_rows: int = Field(
         default=64, ge=1, description="Rows at which a batch is sent at once."
+    )
+    coalescing_eager_batches: int = Field(
+        default=1,
+        ge=0,
+        le=64,
+        description="A batch is sent without waiting for its window while fewer than this "
+        "many batches of the same model are in flight (0: every batch waits its window).",
     )
 
     @field_validator("serving_urls", "serving_grpc_targets", mode="before")

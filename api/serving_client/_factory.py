@@ -84,6 +84,7 @@ async def open_serving_client(settings: Settings) -> AsyncIterator[ServingClient
             client,
             window_s=settings.coalescing_window_ms / 1000.0,
             max_batch_rows=settings.coalescing_max_batch_rows,
+            eager_batches=settings.coalescing_eager_batches,
         )
     try:
         yield client

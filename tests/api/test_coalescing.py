@@ -120,7 +120,7 @@ async def settle() -> None:
 
 async def test_a_full_batch_leaves_at_once_and_each_caller_gets_its_rows() -> None:
     inner = GatedServing()
-    client = CoalescingClient(inner, window_s=60.0, max_batch_rows=4)
+    client = CoalescingClient(inner, window_s=60.0, max_batch_rows=4, eager_batches=0)
     calls = [asyncio.create_task(client.predict(rows_request([float(i), 1.0]), Deadline.after(30))) for i in range(4)]
     await settle()
     assert inner.batches == [4]  # the size, not the (one minute) window, sent it
@@ -132,7 +132,7 @@ async def test_a_full_batch_leaves_at_once_and_each_caller_gets_its_rows() -> No
 async def test_the_window_sends_a_partial_batch_and_a_big_request_goes_alone() -> None:
     inner = GatedServing()
     inner.gate.set()
-    client = CoalescingClient(inner, window_s=0.01, max_batch_rows=4)
+    client = CoalescingClient(inner, window_s=0.01, max_batch_rows=4, eager_batches=0)
     two = [client.predict(rows_request([1.0]), Deadline.after(30)) for _ in range(2)]
     big = client.predict(rows_request([1.0], [2.0], [3.0], [4.0], [5.0]), Deadline.after(30))
     answers = await asyncio.gather(*two, big)
@@ -142,7 +142,7 @@ async def test_the_window_sends_a_partial_batch_and_a_big_request_goes_alone() -
 
 async def test_a_request_that_would_overflow_starts_the_next_batch() -> None:
     inner = GatedServing()
-    client = CoalescingClient(inner, window_s=60.0, max_batch_rows=3)
+    client = CoalescingClient(inner, window_s=60.0, max_batch_rows=3, eager_batches=0)
     first = asyncio.create_task(client.predict(rows_request([1.0], [1.0]), Deadline.after(30)))
     await settle()
     second = asyncio.create_task(client.predict(rows_request([2.0], [2.0]), Deadline.after(30)))
@@ -159,7 +159,7 @@ async def test_a_request_that_would_overflow_starts_the_next_batch() -> None:
 
 async def test_a_cancelled_or_late_caller_does_not_break_the_batch() -> None:
     inner = GatedServing()
-    client = CoalescingClient(inner, window_s=60.0, max_batch_rows=3)
+    client = CoalescingClient(inner, window_s=60.0, max_batch_rows=3, eager_batches=0)
     patient = asyncio.create_task(client.predict(rows_request([1.0]), Deadline.after(30)))
     cancelled = asyncio.create_task(client.predict(rows_request([2.0]), Deadline.after(30)))
     hasty = asyncio.create_task(client.predict(rows_request([3.0]), Deadline.after(0.05)))
@@ -179,7 +179,7 @@ async def test_a_cancelled_or_late_caller_does_not_break_the_batch() -> None:
 async def test_callers_that_left_before_the_batch_went_are_dropped() -> None:
     inner = GatedServing()
     inner.gate.set()
-    client = CoalescingClient(inner, window_s=0.05, max_batch_rows=10)
+    client = CoalescingClient(inner, window_s=0.05, max_batch_rows=10, eager_batches=0)
     gone = asyncio.create_task(client.predict(rows_request([1.0]), Deadline.after(30)))
     stays = asyncio.create_task(client.predict(rows_request([2.0]), Deadline.after(30)))
     await settle()
@@ -192,7 +192,7 @@ async def test_a_failed_batch_fails_every_caller_with_its_own_error() -> None:
     inner = GatedServing()
     inner.fail_with = ServingRejected("Expects arg[0] to be float")
     inner.gate.set()
-    client = CoalescingClient(inner, window_s=60.0, max_batch_rows=2)
+    client = CoalescingClient(inner, window_s=60.0, max_batch_rows=2, eager_batches=0)
     results = await asyncio.gather(
         client.predict(rows_request([1.0]), Deadline.after(30)),
         client.predict(rows_request([2.0]), Deadline.after(30)),
@@ -205,9 +205,64 @@ async def test_a_failed_batch_fails_every_caller_with_its_own_error() -> None:
 async def test_close_sends_what_is_queued_then_closes_the_inner_client() -> None:
     inner = GatedServing()
     inner.gate.set()
-    client = CoalescingClient(inner, window_s=60.0, max_batch_rows=10)
+    client = CoalescingClient(inner, window_s=60.0, max_batch_rows=10, eager_batches=0)
     queued = asyncio.create_task(client.predict(rows_request([4.0]), Deadline.after(30)))
     await settle()
     await client.aclose()
     assert (await queued).outputs["score"].values == [4.0]
     assert inner.closed
+
+
+# --- eager dispatch: no waiting for company while nothing is in flight -------------
+
+
+async def test_a_lone_request_leaves_at_once_when_nothing_is_in_flight() -> None:
+    inner = GatedServing()
+    inner.gate.set()
+    client = CoalescingClient(inner, window_s=60.0, max_batch_rows=64, eager_batches=1)
+    answer = await asyncio.wait_for(client.predict(rows_request([5.0]), Deadline.after(30)), 5)
+    assert answer.outputs["score"].values == [5.0]  # not held for the one-minute window
+    assert inner.batches == [1]
+
+
+async def test_requests_that_arrive_together_still_merge_when_eager() -> None:
+    inner = GatedServing()
+    inner.gate.set()
+    client = CoalescingClient(inner, window_s=60.0, max_batch_rows=64, eager_batches=1)
+    answers = await asyncio.gather(*(client.predict(rows_request([float(i)]), Deadline.after(30)) for i in range(8)))
+    assert inner.batches == [8]
+    assert [a.outputs["score"].values for a in answers] == [[float(i)] for i in range(8)]
+
+
+async def test_what_queues_while_a_batch_is_in_flight_leaves_when_it_returns() -> None:
+    inner = GatedServing()
+    client = CoalescingClient(inner, window_s=60.0, max_batch_rows=64, eager_batches=1)
+    first = asyncio.create_task(client.predict(rows_request([1.0]), Deadline.after(30)))
+    await settle()
+    assert inner.batches == [1]  # went at once
+    later = [asyncio.create_task(client.predict(rows_request([float(i)]), Deadline.after(30))) for i in (2, 3, 4)]
+    await settle()
+    assert inner.batches == [1]  # one batch in flight: the next one waits (window: 1 min)
+    inner.gate.set()
+    assert (await first).outputs["score"].values == [1.0]
+    answers = await asyncio.wait_for(asyncio.gather(*later), 5)
+    assert inner.batches == [1, 3]  # sent when the first came back, not after the window
+    assert [a.outputs["score"].values for a in answers] == [[2.0], [3.0], [4.0]]
+
+
+async def test_the_window_still_bounds_the_wait_behind_a_slow_batch() -> None:
+    inner = GatedServing()
+    client = CoalescingClient(inner, window_s=0.02, max_batch_rows=64, eager_batches=1)
+    slow = asyncio.create_task(client.predict(rows_request([1.0]), Deadline.after(30)))
+    await settle()
+    queued = asyncio.create_task(client.predict(rows_request([2.0]), Deadline.after(30)))
+    await asyncio.sleep(0.1)
+    assert inner.batches == [1, 1]  # the window sent it although the first is still out
+    inner.gate.set()
+    assert (await slow).outputs["score"].values == [1.0]
+    assert (await queued).outputs["score"].values == [2.0]
+
+
+def test_eager_batches_must_not_be_negative() -> None:
+    with pytest.raises(ValueError):
+        CoalescingClient(GatedServing(), window_s=0.01, max_batch_rows=4, eager_batches=-1)

@@ -232,7 +232,8 @@ def test_oversize_bodies_get_413_with_and_without_content_length(tmp_path: Path,
 def test_concurrent_requests_are_coalesced_into_one_predict(tmp_path: Path, procs: list) -> None:
     fake = start_fake(tmp_path, "serving")
     procs.append(fake)
-    # Only a full batch (8 rows) leaves: which requests share it does not depend on timing.
+    # Only a full batch (8 rows) leaves (no eager batches, a long window): which requests
+    # share it does not depend on timing.
     api = start_api_process(
         tmp_path,
         "api",
@@ -240,6 +241,7 @@ def test_concurrent_requests_are_coalesced_into_one_predict(tmp_path: Path, proc
         COALESCING_ENABLED="true",
         COALESCING_MAX_BATCH_ROWS="8",
         COALESCING_WINDOW_MS="1000",
+        COALESCING_EAGER_BATCHES="0",
         REQUEST_TIMEOUT_S="20",
     )
     procs.append(api)
