@@ -11,6 +11,10 @@ messages. A *task* is one request's inputs, ``{input alias: array}``, every arra
 * :func:`merge_inputs` -- concatenate the tasks' inputs along dimension 0, optionally padding
   dimensions 1+ of variable-length inputs, then append padding rows up to the allowed size.
 * :func:`split_outputs` -- cut each batched output back into one zero-copy slice per task.
+* :func:`split_task_sizes`, :func:`split_inputs`, :func:`concat_outputs` -- large batch
+  splitting (``enable_large_batch_splitting``): how a task is cut into parts that fit batches of
+  at most ``max_execution_batch_size`` rows (``InputSplitMetadata``, ``SplitInputTask``), and how
+  the parts' outputs are joined back in order (``split_task_done_callback``).
 
 Padding follows TF Serving, not intuition -- both are traps worth knowing:
 
@@ -37,11 +41,14 @@ from serving.errors import Code, ServingError
 __all__ = [
     "MAX_PADDED_RANK",
     "check_paddable",
+    "concat_outputs",
     "max_dim_sizes",
     "merge_inputs",
     "pad_to_dim_sizes",
     "padded_batch_size",
+    "split_inputs",
     "split_outputs",
+    "split_task_sizes",
     "task_size",
     "unpaddable_tasks",
 ]
@@ -212,3 +219,64 @@ def split_outputs(
     return [
         [tensor[start:stop] for tensor in outputs] for start, stop in itertools.pairwise(bounds)
     ]
+
+
+def split_task_sizes(
+    size: int, open_batch_remaining: int, max_execution_batch_size: int
+) -> list[int]:
+    """``InputSplitMetadata::task_sizes`` (``batching_util/input_split_metadata.cc``).
+
+    The rows of each part a task of ``size`` rows is split into, in order: the first part fills
+    the open batch's ``open_batch_remaining`` free rows (or, when the open batch is full, a whole
+    batch), every middle part is ``max_execution_batch_size`` rows, the last what is left. Every
+    part is non-empty; the sizes add up to ``size``. All arguments must be positive except
+    ``open_batch_remaining`` (>= 0); the scheduler only splits a task larger than the open batch's
+    free rows.
+    """
+    if size <= 0 or max_execution_batch_size <= 0 or open_batch_remaining < 0:
+        raise ServingError(
+            Code.INTERNAL,
+            f"Cannot split a task of {size} rows into batches of {max_execution_batch_size} "
+            f"with {open_batch_remaining} rows free",
+        )
+    head = open_batch_remaining if open_batch_remaining > 0 else max_execution_batch_size
+    sizes = [min(size, head)]
+    left = size - sizes[0]
+    while left > 0:
+        sizes.append(min(left, max_execution_batch_size))
+        left -= sizes[-1]
+    return sizes
+
+
+def split_inputs(inputs: Task, sizes: Sequence[int]) -> list[dict[str, np.ndarray]]:
+    """``SplitInputTask``'s ``tensor::Split``: per part, each input's consecutive rows (views).
+
+    ``sizes`` (from :func:`split_task_sizes`) add up to the task's 0-th dimension.
+    """
+    bounds = list(itertools.pairwise(itertools.accumulate(sizes, initial=0)))
+    return [
+        {alias: tensor[start:stop] for alias, tensor in inputs.items()} for start, stop in bounds
+    ]
+
+
+def concat_outputs(parts: Sequence[Sequence[np.ndarray]]) -> list[np.ndarray]:
+    """``split_task_done_callback``: each output of a split task, its parts' rows concatenated
+    along dimension 0 in part order (the task gets exactly the rows it would get unsplit).
+
+    ``parts[j][i]`` is output ``i`` of part ``j``. Raises ``INVALID_ARGUMENT`` when two parts'
+    outputs differ beyond dimension 0 (possible only for outputs whose size depends on the batch,
+    such as padded variable-length ones; TF Serving's ``tensor::Concat`` does not check this).
+    """
+    if len(parts) == 1:
+        return list(parts[0])
+    outputs: list[np.ndarray] = []
+    for index in range(len(parts[0])):
+        pieces = [part[index] for part in parts]
+        if any(piece.shape[1:] != pieces[0].shape[1:] for piece in pieces):
+            raise ServingError(
+                Code.INVALID_ARGUMENT,
+                "Cannot concatenate the outputs of a split task: output "
+                f"{index} has shapes {[list(piece.shape) for piece in pieces]} in its parts",
+            )
+        outputs.append(np.concatenate(pieces, axis=0))
+    return outputs

@@ -22,7 +22,19 @@ Session) batches without knowing it:
 * the batch thread merges the tasks' feeds (:mod:`serving.batch_merge`, padding to
   ``allowed_batch_sizes`` and, with ``pad_variable_length_inputs``, dimensions 1+), runs one
   ``Session.run`` and hands every caller exactly its own rows. TensorFlow releases the GIL while
-  it computes, so the event loop keeps parsing the next requests meanwhile.
+  it computes, so the event loop keeps parsing the next requests meanwhile;
+* with ``enable_large_batch_splitting`` (TF Serving's eager split, ``Queue::Schedule`` with
+  ``split_input_task_func`` = ``SplitInputTask``), ``max_batch_size`` bounds one request and
+  ``max_execution_batch_size`` (default: ``max_batch_size``) one executed batch. A request larger
+  than the open batch's free rows is split: its first part fills the open batch, the next ones
+  fill new batches of ``max_execution_batch_size`` rows, and once every part has run the caller
+  gets each output's parts concatenated in order -- exactly its rows, as if unsplit. A part that
+  fails fails the request (the first failing part's error, in part order). The queue refuses a
+  request larger than its remaining capacity (``max_enqueued_batches`` batches of
+  ``max_execution_batch_size`` rows) with TF Serving's ``UNAVAILABLE`` ``The batch scheduling
+  queue to which this task was submitted is full; task size is ...``. ``allowed_batch_sizes``
+  must then end at ``max_execution_batch_size``, so no executed batch -- padding included -- is
+  larger.
 
 Queue bookkeeping runs on the event loop (no locks; deadlines on :func:`time.monotonic`); only
 merge, run, split and the per-request metrics run on the batch threads, which hand results back
@@ -42,8 +54,10 @@ Differences from TF Serving, each to keep one request's failure its own:
   ``RESOURCE_EXHAUSTED`` ``Run() timeout exceeded while waiting in batching queue`` (TF Serving
   only fails when every task of the batch expired); the merged run gets the longest of the tasks'
   timeouts, not reduced by the time spent queued.
-* ``enable_large_batch_splitting`` is accepted but tasks are not split: a task may hold up to
-  ``max_batch_size`` rows and runs in one batch.
+* With ``enable_large_batch_splitting`` and no ``max_execution_batch_size``, batches hold up to
+  the effective ``max_batch_size`` (1000 when unset); TF Serving takes the unset field's value, 0,
+  and its scheduler cannot form a batch then. A non-positive ``max_execution_batch_size`` is
+  refused (TF Serving has no check for it).
 
 Traps kept from TF Serving (the contract): requests whose inputs have no batch dimension (scalars)
 or disagree on it fail with TF Serving's ``Batching Run() input tensors must have ...`` errors once
@@ -128,7 +142,19 @@ class BatchingOptions:
     pad_variable_length_inputs: bool = False
     """Pad dimensions 1+ of the batch's inputs to the largest in the batch."""
     enable_large_batch_splitting: bool = False
-    """Accepted for compatibility; tasks are not split (see the module docstring)."""
+    """Split requests across batches of at most ``max_execution_batch_size`` rows (see the module
+    docstring); ``max_batch_size`` then bounds one request, not one batch."""
+    max_execution_batch_size: int | None = None
+    """With splitting: most rows in one executed batch, padding included (``None``:
+    ``max_batch_size``). Ignored without splitting, as TF Serving ignores it."""
+
+    @property
+    def execution_batch_size_limit(self) -> int:
+        """Most rows in one executed batch (``Queue::max_execution_batch_size``): with splitting,
+        ``max_execution_batch_size`` (``max_batch_size`` when unset), else ``max_batch_size``."""
+        if self.enable_large_batch_splitting and self.max_execution_batch_size is not None:
+            return self.max_execution_batch_size
+        return self.max_batch_size
 
     @classmethod
     def from_parameters(
@@ -145,7 +171,8 @@ class BatchingOptions:
         was 0``, ``max_batch_size must be positive; was 0``, ``batch_timeout_micros must be
         non-negative; was -1``, ``max_enqueued_batches must be non-negative; was -1``,
         ``allowed_batch_sizes entries must be monotonically increasing``, ``Last entry in
-        allowed_batch_sizes must match max_batch_size; last entry was 64; expected 128``).
+        allowed_batch_sizes must match max_batch_size; last entry was 64; expected 128``; with
+        ``enable_large_batch_splitting``, the rules of :meth:`validate`).
         """
         if parameters is None:
             return cls(
@@ -169,12 +196,28 @@ class BatchingOptions:
             allowed_batch_sizes=tuple(parameters.allowed_batch_sizes),
             pad_variable_length_inputs=parameters.pad_variable_length_inputs,
             enable_large_batch_splitting=parameters.enable_large_batch_splitting.value,
+            max_execution_batch_size=(
+                int(parameters.max_execution_batch_size.value)
+                if parameters.HasField("max_execution_batch_size")
+                else None
+            ),
         )
         options.validate()
         return options
 
     def validate(self) -> None:
-        """Raise ``INVALID_ARGUMENT`` for options TF Serving refuses (:meth:`from_parameters`)."""
+        """Raise ``INVALID_ARGUMENT`` for options TF Serving refuses (:meth:`from_parameters`).
+
+        With ``enable_large_batch_splitting``, ``allowed_batch_sizes`` are checked as TF Serving's
+        ``CreateBasicBatchingSession`` checks them (increasing; ``Last entry in allowed_batch_sizes
+        must be less than or equal to max_batch_size; last entry was 16; expected 8``; ``Last entry
+        in allowed_batch_sizes must be equal to max_execution_batch_size; last entry was 8;
+        expected 4``), then the queue as ``SharedBatchScheduler::AddQueue`` checks it
+        (``max_enqueued_batches must be positive; was 0``; ``When enable_large_batch_splitting is
+        true, input_batch_size_limit must be greater than or equal to max_execution_batch_size.``
+        followed by the values TF appends), then ``max_execution_batch_size must be positive; was
+        0`` (ours).
+        """
 
         def invalid(message: str) -> ServingError:
             return ServingError(Code.INVALID_ARGUMENT, message)
@@ -192,14 +235,39 @@ class BatchingOptions:
                 f"max_enqueued_batches must be non-negative; was {self.max_enqueued_batches}"
             )
         sizes = self.allowed_batch_sizes
-        if sizes:
-            if any(later <= earlier for earlier, later in itertools.pairwise(sizes)):
-                raise invalid("allowed_batch_sizes entries must be monotonically increasing")
-            if sizes[-1] != self.max_batch_size:
+        if sizes and any(later <= earlier for earlier, later in itertools.pairwise(sizes)):
+            raise invalid("allowed_batch_sizes entries must be monotonically increasing")
+        if not self.enable_large_batch_splitting:
+            if sizes and sizes[-1] != self.max_batch_size:
                 raise invalid(
                     "Last entry in allowed_batch_sizes must match max_batch_size; last entry "
                     f"was {sizes[-1]}; expected {self.max_batch_size}"
                 )
+            return
+        limit = self.execution_batch_size_limit
+        if sizes:
+            if sizes[-1] > self.max_batch_size:
+                raise invalid(
+                    "Last entry in allowed_batch_sizes must be less than or equal to "
+                    f"max_batch_size; last entry was {sizes[-1]}; expected {self.max_batch_size}"
+                )
+            if sizes[-1] != limit:
+                raise invalid(
+                    "Last entry in allowed_batch_sizes must be equal to max_execution_batch_size; "
+                    f"last entry was {sizes[-1]}; expected {limit}"
+                )
+        if self.max_enqueued_batches == 0:
+            # AddQueue rewrites 0 to 1 only when not splitting.
+            raise invalid("max_enqueued_batches must be positive; was 0")
+        if self.max_batch_size < limit:
+            # TF's errors::InvalidArgument(message, splitting, limit, max_execution_batch_size)
+            # StrCats its arguments: the flag prints as 1 and the numbers follow unseparated.
+            raise invalid(
+                "When enable_large_batch_splitting is true, input_batch_size_limit must be "
+                f"greater than or equal to max_execution_batch_size.1{self.max_batch_size}{limit}"
+            )
+        if limit <= 0:
+            raise invalid(f"max_execution_batch_size must be positive; was {limit}")
 
     def describe(self) -> str:
         """One line for the start-up log."""
@@ -220,9 +288,14 @@ _REQUEST_ERRORS = frozenset({Code.INVALID_ARGUMENT, Code.FAILED_PRECONDITION, Co
 
 
 class _Task:
-    """One ``run_tensors`` call waiting for its batch (``BatchingSessionTask``)."""
+    """One ``run_tensors`` call waiting for its batch (``BatchingSessionTask``), or one part of a
+    call split across batches (a task TF Serving marks ``is_partial``).
 
-    __slots__ = ("deadline", "enqueued", "feeds", "future", "size", "timeout_ms")
+    ``input_size`` is the rows the ``input_batch_size`` metric records for it: the call's rows
+    (on its first part when split), ``None`` for the other parts.
+    """
+
+    __slots__ = ("deadline", "enqueued", "feeds", "future", "input_size", "size", "timeout_ms")
 
     def __init__(
         self,
@@ -230,15 +303,20 @@ class _Task:
         size: int,
         timeout_ms: int | None,
         future: asyncio.Future[list[np.ndarray]],
+        *,
+        enqueued: float | None = None,
+        input_size: int | None = None,
     ) -> None:
         self.feeds = feeds
         self.size = size
         self.timeout_ms = timeout_ms if timeout_ms and timeout_ms > 0 else None
         self.future = future
-        self.enqueued = time.monotonic()
+        # Parts keep the call's enqueue time, as SplitInputTask copies enqueue_time_micros.
+        self.enqueued = time.monotonic() if enqueued is None else enqueued
         self.deadline = (
             self.enqueued + self.timeout_ms / 1000 if self.timeout_ms is not None else None
         )
+        self.input_size = input_size
 
 
 class _Batch:
@@ -298,6 +376,8 @@ class BatchingSession:
         self._executor = executor
         self._metrics = metrics
         self._timeout_s = options.batch_timeout_micros / 1e6
+        # Rows of one executed batch: max_execution_batch_size when splitting, else max_batch_size.
+        self._batch_limit = options.execution_batch_size_limit
         self._queues: dict[_QueueKey, _Queue] = {}
         self._next_queue = 0  # round-robin position
         self._free_threads = options.num_batch_threads
@@ -317,14 +397,15 @@ class BatchingSession:
         fetches: Sequence[str],
         timeout_ms: int | None,
     ) -> list[np.ndarray]:
-        """Queue the call, await its batch, return its own rows of every fetched output.
+        """Queue the call, await its batch(es), return its own rows of every fetched output.
 
         Raises, before queueing: ``INVALID_ARGUMENT`` for feeds that cannot be batched
         (:func:`serving.batch_merge.task_size`, and ``Task size 300 is larger than maximum input
         batch size 256``; with padding, :func:`serving.batch_merge.check_paddable`);
-        ``UNAVAILABLE`` ``The batch scheduling queue to which this task was submitted is full``.
+        ``UNAVAILABLE`` ``The batch scheduling queue to which this task was submitted is full``
+        (with splitting, followed by ``; task size is ... but scheduling capacity is only ...``).
         Afterwards: ``RESOURCE_EXHAUSTED`` if ``timeout_ms`` ran out in the queue, or what this
-        request's own ``Session.run`` raises.
+        request's own ``Session.run`` raises (for a split request, its first failing part's).
         """
         size = batch_merge.task_size(feeds)
         pad = self._options.pad_variable_length_inputs
@@ -347,9 +428,13 @@ class BatchingSession:
             queue = self._queues[key] = _Queue(handle, fetches)
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
-        task = _Task(feeds, size, timeout_ms, self._loop.create_future())
+        task = _Task(feeds, size, timeout_ms, self._loop.create_future(), input_size=size)
         try:
-            self._enqueue(queue, task)
+            if self._options.enable_large_batch_splitting:
+                parts = self._enqueue_splitting(queue, task)
+            else:
+                parts = [task]
+                self._enqueue(queue, task)
         finally:
             if queue.idle():
                 del self._queues[key]
@@ -358,7 +443,9 @@ class BatchingSession:
             # that they can join this batch (costs no latency: the loop is busy anyway).
             self._dispatch_pending = True
             self._loop.call_soon(self._dispatch)
-        return await task.future
+        if len(parts) == 1:
+            return await parts[0].future
+        return await _joined(parts)
 
     def _enqueue(self, queue: _Queue, task: _Task) -> None:
         """``Queue::Schedule``: join the open batch, or close it and open a new one."""
@@ -368,6 +455,54 @@ class BatchingSession:
             queue.closed.append(queue.open)
             queue.open = _Batch()
         queue.open.add(task)
+
+    def _enqueue_splitting(self, queue: _Queue, task: _Task) -> list[_Task]:
+        """``Queue::Schedule`` with ``enable_large_batch_splitting`` (eager split): queue ``task``
+        whole if it fits the open batch's free rows, else split into parts
+        (:func:`serving.batch_merge.split_task_sizes`), each joining the open batch or, when it
+        does not fit, a new one. Returns the queued tasks (``task`` or its parts, in row order).
+
+        Raises ``UNAVAILABLE`` with ``ValidateBatchTaskQueueCapacity``'s message when the queue's
+        remaining capacity is smaller than the task; nothing is queued then.
+        """
+        limit = self._batch_limit
+        num_batches = len(queue.closed) + 1
+        capacity = (self._options.max_enqueued_batches - num_batches) * limit + (
+            limit - queue.open.size
+        )
+        if task.size > capacity:
+            raise ServingError(
+                Code.UNAVAILABLE,
+                f"{_QUEUE_FULL}; task size is {task.size} but scheduling capacity is only "
+                f"{capacity} (num_enqueued_batches={num_batches}, max_enqueued_batches="
+                f"{self._options.max_enqueued_batches}, open_batch_size={queue.open.size}, "
+                f"max_execution_batch_size={limit})",
+            )
+        free = limit - queue.open.size
+        if task.size <= free:
+            parts = [task]
+        else:
+            assert self._loop is not None
+            sizes = batch_merge.split_task_sizes(task.size, free, limit)
+            parts = [
+                _Task(
+                    feeds,
+                    part_size,
+                    task.timeout_ms,
+                    self._loop.create_future(),
+                    enqueued=task.enqueued,
+                    input_size=task.input_size if index == 0 else None,
+                )
+                for index, (feeds, part_size) in enumerate(
+                    zip(batch_merge.split_inputs(task.feeds, sizes), sizes, strict=True)
+                )
+            ]
+        for part in parts:
+            if queue.open.size + part.size > limit:
+                queue.closed.append(queue.open)
+                queue.open = _Batch()
+            queue.open.add(part)
+        return parts
 
     # ---- dispatch (ThreadLogic / ScheduleBatch), on the event loop ---------------------------
 
@@ -406,7 +541,7 @@ class BatchingSession:
             return queue.closed.popleft()
         batch = queue.open
         if batch.tasks and (
-            batch.size >= self._options.max_batch_size or now >= batch.opened + self._timeout_s
+            batch.size >= self._batch_limit or now >= batch.opened + self._timeout_s
         ):
             queue.open = _Batch()
             return batch
@@ -468,7 +603,8 @@ class BatchingSession:
             if self._metrics is not None:
                 pool = self._options.thread_pool_name
                 for task in tasks:
-                    self._metrics.record_input_batch_size(task.size)
+                    if task.input_size is not None:  # once per request, split or not
+                        self._metrics.record_input_batch_size(task.input_size)
                     self._metrics.record_queuing(pool, dequeued - task.enqueued)
         except BaseException as exc:  # noqa: BLE001 - every task must get an answer
             results = [from_exception(exc)] * len(tasks)
@@ -515,6 +651,22 @@ class BatchingSession:
             return [exc] * len(tasks)
 
 
+async def _joined(parts: Sequence[_Task]) -> list[np.ndarray]:
+    """Await every part of a split call: its outputs, each the parts' rows concatenated in order
+    (:func:`serving.batch_merge.concat_outputs`), or the first failing part's error.
+
+    If the caller is cancelled, ``gather`` cancels the parts' futures, so batches not yet run
+    leave them out (as for a cancelled unsplit call).
+    """
+    results = await asyncio.gather(*(part.future for part in parts), return_exceptions=True)
+    outputs: list[list[np.ndarray]] = []
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+        outputs.append(result)
+    return batch_merge.concat_outputs(outputs)
+
+
 def _timeout_ms(tasks: Sequence[_Task]) -> int | None:
     """The batch's ``timeout_in_ms``: the longest of its tasks' (``None``: one has none)."""
     timeouts = [task.timeout_ms for task in tasks]
@@ -538,13 +690,6 @@ def batching_options(options: ServerOptions) -> BatchingOptions | None:
         if options.batching_parameters_file
         else None
     )
-    result = BatchingOptions.from_parameters(
+    return BatchingOptions.from_parameters(
         parameters, default_num_batch_threads=flags.schedulable_cpus()
     )
-    if result.enable_large_batch_splitting:
-        _log.warning(
-            "enable_large_batch_splitting is accepted but tasks are not split: a request of up "
-            "to max_batch_size=%d rows runs in one batch",
-            result.max_batch_size,
-        )
-    return result

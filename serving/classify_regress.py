@@ -23,16 +23,23 @@ MultiInference runs several classify/regress signatures of one model that share 
 tensor in a single ``Session`` run (``Input tensor must be the same for all Signatures.``).
 
 Requests and results here are numpy-based; the REST codec (:mod:`serving.json_example`) and the
-gRPC codec (:mod:`serving.proto_codec`) translate. The checks run on the event loop (they are
-cheap); the ``Session`` run goes through the same :class:`~serving.session.Session` as Predict.
+gRPC codec (:mod:`serving.proto_codec`) translate. Each API is split like TF Serving's
+``RunClassify`` / ``RunRegress`` / ``RunMultiInference``: :func:`prepare_classify` (and
+``prepare_regress``, ``prepare_multi_inference``) does the checks and names the tensors (an
+:class:`InferenceCall`), a ``Session`` run computes them, and
+:meth:`InferenceCall.finish` post-processes. :class:`InferenceRunner` does this for requests
+(checks on the event loop -- they are cheap -- and the run through the same
+:class:`~serving.session.Session` as Predict); :mod:`serving.warmup` does it for the warmup
+records of a version being loaded, on its servable directly.
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 from google.protobuf import text_format
@@ -46,12 +53,18 @@ from serving.session import DirectSession, Session
 from serving.tensor_proto import data_type_name
 
 __all__ = [
+    "CLASSIFY_API",
     "CLASSIFY_METHOD_NAME",
+    "INFERENCE_APIS",
+    "MULTI_INFERENCE_API",
+    "REGRESS_API",
     "REGRESS_METHOD_NAME",
     "ClassificationResponse",
     "ClassificationResult",
     "ExampleRequest",
+    "InferenceCall",
     "InferenceRunner",
+    "InferenceService",
     "InferenceTask",
     "MethodName",
     "MultiInferenceRequest",
@@ -60,10 +73,21 @@ __all__ = [
     "classification_signature",
     "postprocess_classification",
     "postprocess_regression",
+    "prepare_classify",
+    "prepare_multi_inference",
+    "prepare_regress",
     "preprocess_classification",
     "preprocess_regression",
     "regression_signature",
 ]
+
+#: The core APIs' names (the gRPC methods; the ``API`` label of TF Serving's runtime metrics).
+CLASSIFY_API = "Classify"
+REGRESS_API = "Regress"
+MULTI_INFERENCE_API = "MultiInference"
+INFERENCE_APIS = (CLASSIFY_API, REGRESS_API, MULTI_INFERENCE_API)
+
+_R = TypeVar("_R")
 
 #: ``kClassifyMethodName`` / ``kRegressMethodName`` (``signature_constants.h``).
 CLASSIFY_METHOD_NAME = "tensorflow/serving/classify"
@@ -156,12 +180,181 @@ class MultiInferenceResponse:
     results: tuple[ClassificationResponse | RegressionResponse, ...]
 
 
+class InferenceService(Protocol):
+    """What the front ends call for Classify, Regress and MultiInference: an
+    :class:`InferenceRunner` or a wrapper with its interface
+    (:class:`serving.metrics.MonitoredInference`)."""
+
+    async def classify(
+        self, request: ExampleRequest, *, timeout_ms: int | None = None
+    ) -> ClassificationResponse:
+        """See :meth:`InferenceRunner.classify`."""
+        ...
+
+    async def regress(
+        self, request: ExampleRequest, *, timeout_ms: int | None = None
+    ) -> RegressionResponse:
+        """See :meth:`InferenceRunner.regress`."""
+        ...
+
+    async def multi_inference(
+        self, request: MultiInferenceRequest, *, timeout_ms: int | None = None
+    ) -> MultiInferenceResponse:
+        """See :meth:`InferenceRunner.multi_inference`."""
+        ...
+
+
+@dataclass(frozen=True)
+class InferenceCall(Generic[_R]):
+    """One checked Classify, Regress or MultiInference call in ``Session`` terms.
+
+    What :func:`prepare_classify`, :func:`prepare_regress` and :func:`prepare_multi_inference`
+    return -- TF Serving's pre-processing, done -- and what both callers run: the request path
+    (:class:`InferenceRunner`, through a :class:`~serving.session.Session`) and the warmup replay
+    (:mod:`serving.warmup`, on the servable directly), so that the two cannot drift apart.
+
+    ``feeds`` is ``{input tensor name: 1-D object array of serialized Examples}``, ``fetches``
+    the output tensor names; :meth:`finish` turns the fetched values (in ``fetches`` order) into
+    the response, with TF Serving's post-processing checks. ``api`` names the core API
+    (``Classify``, ``Regress``, ``MultiInference``; the metrics' ``API`` label).
+    """
+
+    api: str
+    feeds: Mapping[str, np.ndarray]
+    fetches: tuple[str, ...]
+    _finish: Callable[[Sequence[np.ndarray]], _R]
+
+    def finish(self, outputs: Sequence[np.ndarray]) -> _R:
+        """``PostProcess*Result``: the response from the fetched values. Raises
+        ``INVALID_ARGUMENT`` (or ``FAILED_PRECONDITION``) for outputs of the wrong shape or
+        dtype, with TF Serving's messages."""
+        return self._finish(outputs)
+
+
+def prepare_classify(
+    signatures: Mapping[str, SignatureDef],
+    request: ExampleRequest,
+    version: int | None,
+    method_name_check: bool,
+) -> InferenceCall[ClassificationResponse]:
+    """``RunClassify`` up to the Session run (classifier.cc): resolve and check the signature,
+    then the Examples. ``version`` is the servable's, for the response (``None``: unknown, as in
+    warmup). Raises ``INVALID_ARGUMENT`` ``No signature was found with the name: <name>``, the
+    signature checks of :func:`preprocess_classification` and ``Input is empty.``."""
+    spec = request.model_spec
+    name, signature = classification_signature(signatures, spec.signature_name, method_name_check)
+    input_name, output_names = preprocess_classification(signature, method_name_check)
+    examples = _require_examples(request.examples)
+    response_spec = _response_spec(spec.name, name, version)
+
+    def finish(outputs: Sequence[np.ndarray]) -> ClassificationResponse:
+        result = postprocess_classification(signature, len(examples), output_names, outputs)
+        return ClassificationResponse(response_spec, result)
+
+    return InferenceCall(CLASSIFY_API, {input_name: examples}, output_names, finish)
+
+
+def prepare_regress(
+    signatures: Mapping[str, SignatureDef],
+    request: ExampleRequest,
+    version: int | None,
+    method_name_check: bool,
+) -> InferenceCall[RegressionResponse]:
+    """``RunRegress`` up to the Session run (regressor.cc); see :func:`prepare_classify`."""
+    spec = request.model_spec
+    name, signature = regression_signature(signatures, spec.signature_name, method_name_check)
+    input_name, output_names = preprocess_regression(signature, method_name_check)
+    examples = _require_examples(request.examples)
+    response_spec = _response_spec(spec.name, name, version)
+
+    def finish(outputs: Sequence[np.ndarray]) -> RegressionResponse:
+        values = postprocess_regression(signature, len(examples), output_names, outputs)
+        return RegressionResponse(response_spec, values)
+
+    return InferenceCall(REGRESS_API, {input_name: examples}, output_names, finish)
+
+
+def prepare_multi_inference(
+    signatures: Mapping[str, SignatureDef],
+    request: MultiInferenceRequest,
+    version: int | None,
+    method_name_check: bool,
+) -> InferenceCall[MultiInferenceResponse]:
+    """``TensorFlowMultiInferenceRunner::Infer`` up to the Session run (multi_inference.cc):
+    every task is checked, and the union of their outputs is fetched in one run.
+
+    Raises ``INVALID_ARGUMENT`` ``Found ModelSpec with an empty model name.``, ``All ModelSpecs in
+    a MultiInferenceRequest must access the same model name.``, ``Duplicate evaluation of
+    signature: <s>``, ``Requested signature not found in model graph: <s>``, ``Input tensor must
+    be the same for all Signatures.``, ``Input is empty.``; ``UNIMPLEMENTED`` ``Unsupported
+    signature method_name: <m>``; and the classify/regress signature checks.
+    """
+    model_name = ""
+    input_name = ""
+    seen: set[str] = set()
+    resolved: list[tuple[str, SignatureDef]] = []
+    output_set: set[str] = set()
+    for task in request.tasks:
+        if not task.model_spec.name:
+            raise _invalid("Found ModelSpec with an empty model name.")
+        if not model_name:
+            model_name = task.model_spec.name
+        elif model_name != task.model_spec.name:
+            raise _invalid(
+                "All ModelSpecs in a MultiInferenceRequest must access the same model name."
+            )
+        name = task.model_spec.signature_name or DEFAULT_SIGNATURE
+        if name in seen:
+            raise _invalid(f"Duplicate evaluation of signature: {name}")
+        seen.add(name)
+        signature = signatures.get(name)
+        if signature is None:
+            raise _invalid(f"Requested signature not found in model graph: {name}")
+        if task.method_name == CLASSIFY_METHOD_NAME:
+            task_input, task_outputs = preprocess_classification(signature, method_name_check)
+        elif task.method_name == REGRESS_METHOD_NAME:
+            task_input, task_outputs = preprocess_regression(signature, method_name_check)
+        else:
+            raise ServingError(
+                Code.UNIMPLEMENTED, f"Unsupported signature method_name: {task.method_name}"
+            )
+        if not input_name:
+            input_name = task_input
+        elif input_name != task_input:
+            raise _invalid("Input tensor must be the same for all Signatures.")
+        output_set.update(task_outputs)
+        resolved.append((name, signature))
+    # std::set order, as TF Serving builds output_tensor_names.
+    output_names = tuple(sorted(output_set))
+    examples = _require_examples(request.examples)
+
+    def finish(outputs: Sequence[np.ndarray]) -> MultiInferenceResponse:
+        results: list[ClassificationResponse | RegressionResponse] = []
+        for task, (name, signature) in zip(request.tasks, resolved, strict=True):
+            spec = _response_spec(task.model_spec.name, name, version)
+            if task.method_name == CLASSIFY_METHOD_NAME:
+                result = postprocess_classification(
+                    signature, len(examples), output_names, outputs
+                )
+                results.append(ClassificationResponse(spec, result))
+            else:
+                values = postprocess_regression(signature, len(examples), output_names, outputs)
+                results.append(RegressionResponse(spec, values))
+        return MultiInferenceResponse(tuple(results))
+
+    return InferenceCall(MULTI_INFERENCE_API, {input_name: examples}, output_names, finish)
+
+
 class InferenceRunner:
     """Runs Classify, Regress and MultiInference on the manager's servables.
 
-    The Examples go through ``session`` (default: a :class:`~serving.session.DirectSession` on
-    ``executor``), the same seam as Predict, so ``--enable_batching`` merges concurrent classify
-    or regress calls too (TF Serving batches at its ``Session``, whatever the API).
+    The Examples go through a :class:`~serving.session.Session` (default: a
+    :class:`~serving.session.DirectSession` on ``executor``), the same seam as Predict, so
+    ``--enable_batching`` merges concurrent classify or regress calls too (TF Serving batches at
+    its ``Session``, whatever the API). ``session_for(api)``, when given, is called once per API
+    of :data:`INFERENCE_APIS` with its name and returns the Session that API runs through (the
+    server wraps ``session`` per API in :class:`serving.metrics.MonitoredSession`, which records
+    what TF Serving records per API); without it every API uses ``session``.
     ``method_name_check`` is ``--enable_signature_method_name_check``.
     """
 
@@ -171,91 +364,62 @@ class InferenceRunner:
         executor: BlockingExecutor,
         *,
         session: Session | None = None,
+        session_for: Callable[[str], Session] | None = None,
         method_name_check: bool = False,
     ) -> None:
         self._manager = manager
-        self._session: Session = session if session is not None else DirectSession(executor)
+        default: Session = session if session is not None else DirectSession(executor)
+        self._sessions: dict[str, Session] = {
+            api: session_for(api) if session_for is not None else default
+            for api in INFERENCE_APIS
+        }
         self._method_name_check = method_name_check
 
     async def classify(
         self, request: ExampleRequest, *, timeout_ms: int | None = None
     ) -> ClassificationResponse:
-        """``TensorflowClassificationServiceImpl::Classify``. Raises :class:`ServingError`.
+        """``TensorflowClassificationServiceImpl::Classify``: look the servable up, then
+        :func:`prepare_classify`, one Session run, post-processing. Raises
+        :class:`ServingError` (the lookup errors of :meth:`ServableManager.acquire`, then those of
+        :func:`prepare_classify`, the run's, the post-processing checks').
 
         ``timeout_ms`` bounds the ``Session`` run (``RunOptions.timeout_in_ms``; ``None``: none).
         """
-        spec = request.model_spec
-        with self._manager.acquire(spec) as handle:
-            name, signature = classification_signature(
-                handle.servable.signature_defs, spec.signature_name, self._method_name_check
+        with self._manager.acquire(request.model_spec) as handle:
+            call = prepare_classify(
+                handle.servable.signature_defs, request, handle.version, self._method_name_check
             )
-            input_name, output_names = preprocess_classification(
-                signature, self._method_name_check
-            )
-            outputs = await self._run(
-                handle, request.examples, input_name, output_names, timeout_ms
-            )
-        num_examples = len(request.examples)
-        result = postprocess_classification(signature, num_examples, output_names, outputs)
-        return ClassificationResponse(_response_spec(spec.name, name, handle.version), result)
+            outputs = await self._run(handle, call, timeout_ms)
+        return call.finish(outputs)
 
     async def regress(
         self, request: ExampleRequest, *, timeout_ms: int | None = None
     ) -> RegressionResponse:
-        """``TensorflowRegressionServiceImpl::Regress``. Raises :class:`ServingError`."""
-        spec = request.model_spec
-        with self._manager.acquire(spec) as handle:
-            name, signature = regression_signature(
-                handle.servable.signature_defs, spec.signature_name, self._method_name_check
+        """``TensorflowRegressionServiceImpl::Regress``; see :meth:`classify`."""
+        with self._manager.acquire(request.model_spec) as handle:
+            call = prepare_regress(
+                handle.servable.signature_defs, request, handle.version, self._method_name_check
             )
-            input_name, output_names = preprocess_regression(signature, self._method_name_check)
-            outputs = await self._run(
-                handle, request.examples, input_name, output_names, timeout_ms
-            )
-        values = postprocess_regression(signature, len(request.examples), output_names, outputs)
-        return RegressionResponse(_response_spec(spec.name, name, handle.version), values)
+            outputs = await self._run(handle, call, timeout_ms)
+        return call.finish(outputs)
 
     async def multi_inference(
         self, request: MultiInferenceRequest, *, timeout_ms: int | None = None
     ) -> MultiInferenceResponse:
-        """``RunMultiInference``: the first task's spec picks the servable, then every task is
-        checked, the union of their outputs fetched in one run, and each task post-processed.
-
-        Raises ``INVALID_ARGUMENT`` ``Found ModelSpec with an empty model name.``, ``All
-        ModelSpecs in a MultiInferenceRequest must access the same model name.``, ``Duplicate
-        evaluation of signature: <s>``, ``Requested signature not found in model graph: <s>``,
-        ``Input tensor must be the same for all Signatures.``; ``UNIMPLEMENTED`` ``Unsupported
-        signature method_name: <m>``; and the classify/regress errors.
+        """``RunMultiInference``: the first task's spec picks the servable, then
+        :func:`prepare_multi_inference` checks every task, one run fetches the union of their
+        outputs, and each task is post-processed. Raises :class:`ServingError`.
         """
         first = request.tasks[0].model_spec if request.tasks else ModelSpec("")
         with self._manager.acquire(first) as handle:
-            plan = self._plan(handle.servable.signature_defs, request.tasks)
-            outputs = await self._run(
-                handle, request.examples, plan.input_name, plan.output_names, timeout_ms
+            call = prepare_multi_inference(
+                handle.servable.signature_defs, request, handle.version, self._method_name_check
             )
-        results: list[ClassificationResponse | RegressionResponse] = []
-        num_examples = len(request.examples)
-        for task, (name, signature) in zip(request.tasks, plan.signatures, strict=True):
-            spec = _response_spec(task.model_spec.name, name, handle.version)
-            if task.method_name == CLASSIFY_METHOD_NAME:
-                result = postprocess_classification(
-                    signature, num_examples, plan.output_names, outputs
-                )
-                results.append(ClassificationResponse(spec, result))
-            else:
-                values = postprocess_regression(
-                    signature, num_examples, plan.output_names, outputs
-                )
-                results.append(RegressionResponse(spec, values))
-        return MultiInferenceResponse(tuple(results))
+            outputs = await self._run(handle, call, timeout_ms)
+        return call.finish(outputs)
 
     async def _run(
-        self,
-        handle: ServableHandle,
-        examples: np.ndarray,
-        input_name: str,
-        output_names: tuple[str, ...],
-        timeout_ms: int | None,
+        self, handle: ServableHandle, call: InferenceCall[Any], timeout_ms: int | None
     ) -> list[np.ndarray]:
         """``PerformOneShotTensorComputation``: feed the Examples, fetch the outputs.
 
@@ -263,10 +427,9 @@ class InferenceRunner:
         before the cancellation goes on, so the version stays referenced -- and cannot be
         unloaded -- while its ``Session`` is in use.
         """
-        if len(examples) == 0:
-            raise _invalid("Input is empty.")
+        session = self._sessions[call.api]
         run = asyncio.ensure_future(
-            self._session.run_tensors(handle, {input_name: examples}, output_names, timeout_ms)
+            session.run_tensors(handle, call.feeds, call.fetches, timeout_ms)
         )
         try:
             return await asyncio.shield(run)
@@ -274,57 +437,12 @@ class InferenceRunner:
             await asyncio.wait([run])
             raise
 
-    def _plan(
-        self, signatures: Mapping[str, SignatureDef], tasks: Sequence[InferenceTask]
-    ) -> _MultiInferencePlan:
-        """``TensorFlowMultiInferenceRunner::Infer``'s checks: one input, the union of outputs."""
-        model_name = ""
-        input_name = ""
-        seen: set[str] = set()
-        resolved: list[tuple[str, SignatureDef]] = []
-        output_names: set[str] = set()
-        for task in tasks:
-            if not task.model_spec.name:
-                raise _invalid("Found ModelSpec with an empty model name.")
-            if not model_name:
-                model_name = task.model_spec.name
-            elif model_name != task.model_spec.name:
-                raise _invalid(
-                    "All ModelSpecs in a MultiInferenceRequest must access the same model name."
-                )
-            name = task.model_spec.signature_name or DEFAULT_SIGNATURE
-            if name in seen:
-                raise _invalid(f"Duplicate evaluation of signature: {name}")
-            seen.add(name)
-            signature = signatures.get(name)
-            if signature is None:
-                raise _invalid(f"Requested signature not found in model graph: {name}")
-            if task.method_name == CLASSIFY_METHOD_NAME:
-                task_input, task_outputs = preprocess_classification(
-                    signature, self._method_name_check
-                )
-            elif task.method_name == REGRESS_METHOD_NAME:
-                task_input, task_outputs = preprocess_regression(
-                    signature, self._method_name_check
-                )
-            else:
-                raise ServingError(
-                    Code.UNIMPLEMENTED, f"Unsupported signature method_name: {task.method_name}"
-                )
-            if not input_name:
-                input_name = task_input
-            elif input_name != task_input:
-                raise _invalid("Input tensor must be the same for all Signatures.")
-            output_names.update(task_outputs)
-            resolved.append((name, signature))
-        return _MultiInferencePlan(input_name, tuple(sorted(output_names)), tuple(resolved))
 
-
-@dataclass(frozen=True)
-class _MultiInferencePlan:
-    input_name: str
-    output_names: tuple[str, ...]
-    signatures: tuple[tuple[str, SignatureDef], ...]
+def _require_examples(examples: np.ndarray) -> np.ndarray:
+    """``InputToSerializedExampleTensor``'s check, after the signature checks (TF's order)."""
+    if len(examples) == 0:
+        raise _invalid("Input is empty.")
+    return examples
 
 
 def _invalid(message: str) -> ServingError:
@@ -335,8 +453,9 @@ def _label_text(label: object) -> str:
     return label.decode("utf-8", "replace") if isinstance(label, bytes) else str(label)
 
 
-def _response_spec(model_name: str, signature_name: str, version: int) -> ModelSpec:
-    """``MakeModelSpec``: the request's name, the signature used, the version that ran."""
+def _response_spec(model_name: str, signature_name: str, version: int | None) -> ModelSpec:
+    """``MakeModelSpec``: the request's name, the signature used, the version that ran (``None``:
+    not known, as in a warmup replay)."""
     return ModelSpec(model_name, version=version, signature_name=signature_name)
 
 

@@ -64,12 +64,12 @@ from tensorflow_serving.apis import (
 from tensorflow_serving.config.model_server_config_pb2 import ModelServerConfig
 
 from serving import flags, metadata, proto_codec
-from serving.classify_regress import InferenceRunner
+from serving.classify_regress import InferenceService
 from serving.config import read_text_proto_file
 from serving.errors import Code, ServingError, from_exception
 from serving.flags import ServerOptions
 from serving.manager import ServableManager
-from serving.predict import Predictor
+from serving.predict import PredictService
 from serving.protos.tensorflow_serving.config.ssl_config_pb2 import SSLConfig
 
 __all__ = [
@@ -107,8 +107,8 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
 
     def __init__(
         self,
-        predictor: Predictor,
-        inference: InferenceRunner,
+        predictor: PredictService,
+        inference: InferenceService,
         manager: ServableManager,
         *,
         response_tensor_content: bool = False,

@@ -15,13 +15,24 @@ the config only decides whether they are served.
 =================================================================  ================================
 metric (type; labels)                                              recorded
 =================================================================  ================================
-``:tensorflow:serving:request_count`` (counter; model_name,        each Predict, by canonical code
-status)
-``:tensorflow:serving:request_latency`` (histogram, µs;            each Predict, core call only
-model_name, API, entrypoint, status)
-``:tensorflow:serving:runtime_latency`` (histogram, µs;            each Session run as the request
-model_name, API, runtime)                                          sees it (batch queue included)
-``:tensorflow:serving:batching_session:queuing_latency``           each batched request, enqueue to
+``:tensorflow:serving:request_count`` (counter; model_name,        each Predict, Classify and
+status)                                                            Regress request (REST and gRPC),
+                                                                   by canonical code
+``:tensorflow:serving:request_latency`` (histogram, µs;            the same requests, core call
+model_name, API, entrypoint, status)                               only
+``:tensorflow:serving:runtime_latency`` (histogram, µs;            each successful Session run of
+model_name, API, runtime)                                          Predict, Classify, Regress (and
+                                                                   of their warmup replays), as the
+                                                                   request sees it (batch queue
+                                                                   included)
+``:tensorflow:serving:request_example_counts`` (histogram;         each successful MultiInference
+model)                                                             run (and its warmup replays):
+                                                                   its number of tf.Examples
+``:tensorflow:serving:request_example_count_total`` (counter;      the same runs: examples summed
+model)
+``:tensorflow:serving:model_warmup_latency`` (histogram, µs;       each warmup file read to its end
+model_path, status)                                                (``OK``) or to a reader error
+``:tensorflow:serving:batching_session:queuing_latency``           each batched task, enqueue to
 (histogram, µs; thread_pool_name)                                  dequeue
 ``:tensorflow:serving:batching_session:input_batch_size``          each batched request's rows
 (histogram)
@@ -35,18 +46,34 @@ model_path, status ``success``/``fail``)                           as TensorFlow
 model_path)
 =================================================================  ================================
 
-Labels take TF Serving's values: ``API`` is ``predict`` for REST and ``Predict`` for gRPC (TF
-Serving's REST handler and gRPC service spell them so), ``entrypoint`` ``REST`` / ``GRPC``,
+Labels take TF Serving's values: ``API`` of ``request_latency`` is the REST verb (``predict``,
+``classify``, ``regress``) or the gRPC method (``Predict``, ``Classify``, ``Regress``) -- TF
+Serving's HTTP server and ``PredictionServiceImpl`` spell them so (:data:`API_LABELS`);
+``entrypoint`` ``REST`` / ``GRPC``; ``API`` of ``runtime_latency`` is ``Predict``, ``Classify`` or
+``Regress`` whatever the front end (``predict_util.cc``, ``classifier.cc``, ``regressor.cc``);
 ``status`` the canonical code name (``OK``, ``INVALID_ARGUMENT``...), ``runtime`` ``TF1`` (a
-``tf.compat.v1.Session``, TF Serving's label for it). Buckets are TF's
+``tf.compat.v1.Session``, TF Serving's label for it); ``model_warmup_latency``'s ``status`` is
+``absl::Status::ToString()`` (``OK``, ``DATA_LOSS: <message>``). Buckets are TF's
 ``Buckets::Exponential(scale, growth, count)`` limits (rounded to 6 significant digits, as TF
 Serving prints them); Prometheus' ``le`` is inclusive where TF's bucket limits are exclusive, so a
 value exactly on a limit lands one bucket lower than TF Serving would put it.
 
+What TF Serving records for each API is kept, including what it does not record:
+MultiInference (gRPC only) counts in neither ``request_count`` nor ``request_latency``
+(``PredictionServiceImpl::MultiInference`` records nothing) and records no ``runtime_latency``
+(``multi_inference.cc`` times no run), only ``request_example_counts``; Classify and Regress
+record no example counts (TF Serving removed their ``RecordRequestExampleCount`` calls).
+``runtime_latency`` is recorded only for runs that succeed, as TF Serving records it after
+``TF_RETURN_IF_ERROR(session->Run(...))``.
+
 Differences from TF Serving, on purpose: ``request_count``/``request_latency`` are recorded for
-REST and gRPC alike, once, by :class:`MonitoredPredictor` around the core call (TF Serving records
-them in each transport handler, and its latency also covers JSON/proto decoding; a request refused
-before the core call, e.g. malformed JSON, is not counted here); TensorFlow core's own
+REST and gRPC alike, once, by :class:`MonitoredPredictor` / :class:`MonitoredInference` around the
+core call, for every outcome, with its ``status`` (TF Serving records them in each transport
+handler; its ``request_latency`` also covers proto decoding, and its newer releases record it for
+successful requests only, without a ``status`` label). A request refused before the core call --
+JSON that does not parse, a gRPC request without ``model_spec`` -- is not counted; REST predict's
+JSON-to-tensor decoding is inside the core call (it needs the servable's input dtypes), so a body
+whose tensors do not decode is counted with its code. TensorFlow core's own
 ``:tensorflow:core:*`` metrics are not exported (the Python runtime keeps them in a registry it
 does not expose).
 
@@ -54,7 +81,8 @@ prometheus-client keeps the values (thread-safe counters and histograms in a pri
 :class:`~prometheus_client.CollectorRegistry`); :meth:`ServingMetrics.render` writes them in TF
 Serving's spelling, because prometheus-client's own exposition writes counters as
 ``<name>_total`` plus ``<name>_created`` series (the OpenMetrics convention), which would rename
-every TF Serving counter. prometheus-client accepts names with a leading colon as they are.
+every TF Serving counter (and it strips the ``_total`` that ends one of TF Serving's own names).
+prometheus-client accepts names with a leading colon as they are.
 """
 
 from __future__ import annotations
@@ -62,8 +90,9 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol, TypeVar
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -75,13 +104,29 @@ from serving.manager import ServableHandle
 from serving.protos.tensorflow_serving.config import monitoring_config_pb2
 from serving.session import Session
 
+if TYPE_CHECKING:  # classify_regress imports TensorFlow; only its types are needed here
+    from serving.classify_regress import (
+        ClassificationResponse,
+        ExampleRequest,
+        InferenceService,
+        MultiInferenceRequest,
+        MultiInferenceResponse,
+        RegressionResponse,
+    )
+    from serving.predict import PredictService
+
 __all__ = [
+    "API_LABELS",
     "CONTENT_TYPE",
+    "EXAMPLE_COUNT_APIS",
     "PROMETHEUS_PATH",
+    "RUNTIME_LATENCY_APIS",
+    "MonitoredInference",
     "MonitoredPredictor",
     "MonitoredSession",
     "ServingMetrics",
     "exponential_buckets",
+    "fed_rows",
     "instrument_loader",
     "prometheus_path",
 ]
@@ -91,7 +136,28 @@ PROMETHEUS_PATH = "/monitoring/prometheus/metrics"
 #: Prometheus' text exposition format, version 0.0.4.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
+#: ``request_latency``'s ``API`` label by entrypoint and core call: TF Serving's HTTP server passes
+#: the path's verb, its gRPC ``PredictionServiceImpl`` the method name. MultiInference is absent:
+#: TF Serving records no request metric for it.
+API_LABELS: Mapping[str, Mapping[str, str]] = MappingProxyType(
+    {
+        "REST": MappingProxyType(
+            {"predict": "predict", "classify": "classify", "regress": "regress"}
+        ),
+        "GRPC": MappingProxyType(
+            {"predict": "Predict", "classify": "Classify", "regress": "Regress"}
+        ),
+    }
+)
+#: Core APIs (the ``runtime_latency`` ``API`` label) whose successful Session run is timed into
+#: ``runtime_latency``: ``RecordRuntimeLatency`` in predict_util.cc, classifier.cc, regressor.cc.
+RUNTIME_LATENCY_APIS = frozenset({"Predict", "Classify", "Regress"})
+#: Core APIs whose successful run records its number of examples (``RecordRequestExampleCount``):
+#: multi_inference.cc only.
+EXAMPLE_COUNT_APIS = frozenset({"MultiInference"})
+
 _T = TypeVar("_T")
+_C = TypeVar("_C")
 
 
 def exponential_buckets(
@@ -106,10 +172,11 @@ def exponential_buckets(
 
 
 # Bucket layouts of TF Serving's samplers (servables/tensorflow/util.cc, batching_session.cc,
-# batching_util.h).
+# batching_util.h, saved_model_warmup_util.cc).
 _LATENCY_BUCKETS = exponential_buckets(10, 1.8, 33)  # ~20 minutes, in microseconds
 _QUEUING_BUCKETS = exponential_buckets(100, 1.2, 52)  # ~1 second, in microseconds
 _BATCH_SIZE_BUCKETS = exponential_buckets(1, 2, 14)  # 1 .. 8192 rows
+_EXAMPLE_COUNT_BUCKETS = exponential_buckets(1, 2, 15)  # 1 .. 16384 examples
 
 
 class ServingMetrics:
@@ -120,69 +187,93 @@ class ServingMetrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        registry = self.registry
-        self._request_count = Counter(
+        # prometheus-client family name -> the name TF Serving exports (see _counter).
+        self._counter_names: dict[str, str] = {}
+        self._request_count = self._counter(
             ":tensorflow:serving:request_count",
             "The total number of requests.",
             ["model_name", "status"],
-            registry=registry,
         )
-        self._request_latency = Histogram(
+        self._request_latency = self._histogram(
             ":tensorflow:serving:request_latency",
             "Distribution of wall time (in microseconds) for Tensorflow Serving request.",
             ["model_name", "API", "entrypoint", "status"],
-            buckets=_LATENCY_BUCKETS,
-            registry=registry,
+            _LATENCY_BUCKETS,
         )
-        self._runtime_latency = Histogram(
+        self._runtime_latency = self._histogram(
             ":tensorflow:serving:runtime_latency",
             "Distribution of wall time (in microseconds) for Tensorflow runtime.",
             ["model_name", "API", "runtime"],
-            buckets=_LATENCY_BUCKETS,
-            registry=registry,
+            _LATENCY_BUCKETS,
         )
-        self._queuing_latency = Histogram(
+        self._example_counts = self._histogram(
+            ":tensorflow:serving:request_example_counts",
+            "The number of tensorflow.Examples per request.",
+            ["model"],
+            _EXAMPLE_COUNT_BUCKETS,
+        )
+        self._example_count_total = self._counter(
+            ":tensorflow:serving:request_example_count_total",
+            "The total number of tensorflow.Examples.",
+            ["model"],
+        )
+        self._warmup_latency = self._histogram(
+            ":tensorflow:serving:model_warmup_latency",
+            "Distribution of wall time (in microseconds) for warming up the model.",
+            ["model_path", "status"],
+            _LATENCY_BUCKETS,
+        )
+        self._queuing_latency = self._histogram(
             ":tensorflow:serving:batching_session:queuing_latency",
             "Distribution of wall time spent (in microseconds) in queuing",
             ["thread_pool_name"],
-            buckets=_QUEUING_BUCKETS,
-            registry=registry,
+            _QUEUING_BUCKETS,
         )
-        self._input_batch_size = Histogram(
+        self._input_batch_size = self._histogram(
             ":tensorflow:serving:batching_session:input_batch_size",
             "Tracks the batch size distribution on the inputs.",
-            buckets=_BATCH_SIZE_BUCKETS,
-            registry=registry,
+            [],
+            _BATCH_SIZE_BUCKETS,
         )
-        self._processed_batch_size = Histogram(
+        self._processed_batch_size = self._histogram(
             ":tensorflow:serving:batching_session:processed_batch_size",
             "Tracks the batch size distribution on processing.",
-            buckets=_BATCH_SIZE_BUCKETS,
-            registry=registry,
+            [],
+            _BATCH_SIZE_BUCKETS,
         )
-        self._padding_size = Histogram(
+        self._padding_size = self._histogram(
             ":tensorflow:serving:batching_session:padding_size",
             "Tracks the padding size distribution on batches.",
             ["execution_batch_size"],
-            buckets=_BATCH_SIZE_BUCKETS,
-            registry=registry,
+            _BATCH_SIZE_BUCKETS,
         )
-        self._load_attempt_count = Counter(
+        self._load_attempt_count = self._counter(
             ":tensorflow:cc:saved_model:load_attempt_count",
             "The number of times a SavedModel was successfully loaded.",
             ["model_path", "status"],
-            registry=registry,
         )
-        self._load_latency = Counter(
+        self._load_latency = self._counter(
             ":tensorflow:cc:saved_model:load_latency",
             "Latency in microseconds for SavedModels that were successfully loaded.",
             ["model_path"],
-            registry=registry,
         )
         self._request_children: dict[tuple[str, str, str, Code], tuple[Any, Any]] = {}
         self._runtime_children: dict[tuple[str, str], Any] = {}
+        self._example_children: dict[str, tuple[Any, Any]] = {}
         self._queuing_children: dict[str, Any] = {}
         self._padding_children: dict[int, Any] = {}
+
+    def _counter(self, name: str, documentation: str, labels: list[str]) -> Counter:
+        counter = Counter(name, documentation, labels, registry=self.registry)
+        # prometheus-client strips a trailing "_total" from a counter's family name (its own
+        # exposition adds it back to the samples); render() writes TF Serving's name as declared.
+        self._counter_names[name.removesuffix("_total")] = name
+        return counter
+
+    def _histogram(
+        self, name: str, documentation: str, labels: list[str], buckets: Sequence[float]
+    ) -> Histogram:
+        return Histogram(name, documentation, labels, buckets=buckets, registry=self.registry)
 
     # ---- recording -------------------------------------------------------------------------
     # The labelled children are cached in plain dicts: prometheus-client's ``labels()`` takes a
@@ -213,8 +304,38 @@ class ServingMetrics:
             )
         child.observe(seconds * 1e6)
 
+    def record_example_count(self, model_name: str, count: int) -> None:
+        """``RecordRequestExampleCount``: ``request_example_counts`` and ``..._count_total``."""
+        children = self._example_children.get(model_name)
+        if children is None:
+            children = self._example_children[model_name] = (
+                self._example_counts.labels(model_name),
+                self._example_count_total.labels(model_name),
+            )
+        children[0].observe(count)
+        children[1].inc(count)
+
+    def record_session_run(
+        self, model_name: str, api: str, seconds: float, num_examples: int
+    ) -> None:
+        """One successful Session run of core API ``api``, what TF Serving records for it.
+
+        ``runtime_latency`` for :data:`RUNTIME_LATENCY_APIS`, the example counts (``num_examples``:
+        rows fed) for :data:`EXAMPLE_COUNT_APIS`, nothing for any other ``api``. ``model_name`` is
+        the request's (TF Serving labels with ``request.model_spec().name()``).
+        """
+        if api in RUNTIME_LATENCY_APIS:
+            self.record_runtime(model_name, api, seconds)
+        elif api in EXAMPLE_COUNT_APIS:
+            self.record_example_count(model_name, num_examples)
+
+    def record_warmup(self, model_path: str, status: str, seconds: float) -> None:
+        """One warmup replay that read its file to the end or to a reader error:
+        ``model_warmup_latency``; ``status`` is ``absl::Status::ToString()`` (``"OK"``)."""
+        self._warmup_latency.labels(model_path, status).observe(seconds * 1e6)
+
     def record_queuing(self, thread_pool_name: str, seconds: float) -> None:
-        """One request's wait in a batch queue: ``batching_session:queuing_latency``."""
+        """One task's wait in a batch queue: ``batching_session:queuing_latency``."""
         child = self._queuing_children.get(thread_pool_name)
         if child is None:
             child = self._queuing_children[thread_pool_name] = self._queuing_latency.labels(
@@ -248,16 +369,19 @@ class ServingMetrics:
         """All metrics as ``PrometheusExporter::GeneratePage`` writes them (text format 0.0.4).
 
         ``# TYPE <name> counter|histogram`` per metric, even before it has a sample; counter
-        samples under the metric's own name (no ``_total``), no ``_created`` series; histogram
-        ``_bucket``/``_sum``/``_count`` series with ``le`` last.
+        samples under the metric's own name (no ``_total`` added, a ``_total`` of TF Serving's
+        name kept), no ``_created`` series; histogram ``_bucket``/``_sum``/``_count`` series with
+        ``le`` last.
         """
         lines: list[str] = []
         for family in self.registry.collect():
-            lines.append(f"# TYPE {family.name} {family.type}")
+            counter = family.type == "counter"
+            family_name = self._counter_names.get(family.name, family.name)
+            lines.append(f"# TYPE {family_name} {family.type}")
             for sample in family.samples:
                 if sample.name.endswith("_created"):
                     continue
-                name = family.name if family.type == "counter" else sample.name
+                name = family_name if counter else sample.name
                 labels = ",".join(
                     f'{key}="{_label_value(key, value)}"' for key, value in sample.labels.items()
                 )
@@ -306,67 +430,140 @@ def prometheus_path(monitoring_config_file: str) -> str | None:
     return path
 
 
-class _Predictor(Protocol):
-    async def predict(
-        self, request: PredictRequest, *, timeout_ms: int | None = None
-    ) -> PredictResponse: ...
+async def _recorded(
+    metrics: ServingMetrics, model_name: str, api: str, entrypoint: str, call: Awaitable[_T]
+) -> _T:
+    """Await ``call`` -- one request's core call -- and record it: the one place a request is
+    recorded (``request_count`` and ``request_latency``), whatever the API and front end.
 
-    def input_dtypes(self, spec: ModelSpec) -> dict[str, str]: ...
+    A request that fails records its canonical code as ``status``; one cancelled by its client
+    (a gRPC deadline, a REST client gone), ``CANCELLED``; any other exception, ``UNKNOWN``.
+    Raises what ``call`` raises.
+    """
+    started = time.perf_counter()
+    code = Code.UNKNOWN
+    try:
+        result = await call
+        code = Code.OK
+        return result
+    except ServingError as exc:
+        code = exc.code
+        raise
+    except asyncio.CancelledError:
+        code = Code.CANCELLED
+        raise
+    finally:
+        metrics.record_request(model_name, api, entrypoint, code, time.perf_counter() - started)
 
 
 class MonitoredPredictor:
     """A :class:`~serving.predict.Predictor` recording ``request_count`` and ``request_latency``.
 
     Same interface as the predictor it wraps; one per front end, which names itself with
-    ``entrypoint`` (``REST``/``GRPC``) and ``api`` (``predict`` for REST, ``Predict`` for gRPC,
-    TF Serving's spellings). A request that fails records its canonical code as ``status``;
-    one cancelled by its client, ``CANCELLED``.
+    ``entrypoint`` (``REST``/``GRPC``); ``api`` defaults to TF Serving's label for that front end
+    (:data:`API_LABELS`: ``predict`` for REST, ``Predict`` for gRPC).
     """
 
     def __init__(
-        self, predictor: _Predictor, metrics: ServingMetrics, *, entrypoint: str, api: str
+        self,
+        predictor: PredictService,
+        metrics: ServingMetrics,
+        *,
+        entrypoint: str,
+        api: str | None = None,
     ) -> None:
         self._predictor = predictor
         self._metrics = metrics
         self._entrypoint = entrypoint
-        self._api = api
+        self._api = api if api is not None else API_LABELS[entrypoint]["predict"]
 
     async def predict(
         self, request: PredictRequest, *, timeout_ms: int | None = None
     ) -> PredictResponse:
-        """The wrapped ``predict``, timed; raises what it raises."""
-        started = time.perf_counter()
-        code = Code.UNKNOWN
-        try:
-            response = await self._predictor.predict(request, timeout_ms=timeout_ms)
-            code = Code.OK
-            return response
-        except ServingError as exc:
-            code = exc.code
-            raise
-        except asyncio.CancelledError:
-            code = Code.CANCELLED
-            raise
-        finally:
-            self._metrics.record_request(
-                request.model_spec.name,
-                self._api,
-                self._entrypoint,
-                code,
-                time.perf_counter() - started,
-            )
+        """The wrapped ``predict``, recorded; raises what it raises."""
+        return await _recorded(
+            self._metrics,
+            request.model_spec.name,
+            self._api,
+            self._entrypoint,
+            self._predictor.predict(request, timeout_ms=timeout_ms),
+        )
 
-    def input_dtypes(self, spec: ModelSpec) -> dict[str, str]:
-        """The wrapped ``input_dtypes`` (not a request; not recorded)."""
-        return self._predictor.input_dtypes(spec)
+    async def decode_and_predict(
+        self,
+        spec: ModelSpec,
+        decode: Callable[[dict[str, str]], tuple[_C, Mapping[str, np.ndarray]]],
+        *,
+        timeout_ms: int | None = None,
+    ) -> tuple[_C, PredictResponse]:
+        """The wrapped ``decode_and_predict`` (REST predict), recorded; raises what it raises."""
+        return await _recorded(
+            self._metrics,
+            spec.name,
+            self._api,
+            self._entrypoint,
+            self._predictor.decode_and_predict(spec, decode, timeout_ms=timeout_ms),
+        )
+
+
+class MonitoredInference:
+    """An :class:`~serving.classify_regress.InferenceRunner` recording its requests.
+
+    Same interface as the runner it wraps; one per front end (``entrypoint`` ``REST`` or
+    ``GRPC``). Classify and Regress record ``request_count`` and ``request_latency`` with TF
+    Serving's ``API`` label for that front end (:data:`API_LABELS`); MultiInference is passed
+    through unrecorded, as TF Serving's ``PredictionServiceImpl::MultiInference`` records no
+    request metric (its Session run records ``request_example_counts``: :class:`MonitoredSession`).
+    """
+
+    def __init__(
+        self, inference: InferenceService, metrics: ServingMetrics, *, entrypoint: str
+    ) -> None:
+        self._inference = inference
+        self._metrics = metrics
+        self._entrypoint = entrypoint
+        self._apis = API_LABELS[entrypoint]
+
+    async def classify(
+        self, request: ExampleRequest, *, timeout_ms: int | None = None
+    ) -> ClassificationResponse:
+        """The wrapped ``classify``, recorded; raises what it raises."""
+        return await _recorded(
+            self._metrics,
+            request.model_spec.name,
+            self._apis["classify"],
+            self._entrypoint,
+            self._inference.classify(request, timeout_ms=timeout_ms),
+        )
+
+    async def regress(
+        self, request: ExampleRequest, *, timeout_ms: int | None = None
+    ) -> RegressionResponse:
+        """The wrapped ``regress``, recorded; raises what it raises."""
+        return await _recorded(
+            self._metrics,
+            request.model_spec.name,
+            self._apis["regress"],
+            self._entrypoint,
+            self._inference.regress(request, timeout_ms=timeout_ms),
+        )
+
+    async def multi_inference(
+        self, request: MultiInferenceRequest, *, timeout_ms: int | None = None
+    ) -> MultiInferenceResponse:
+        """The wrapped ``multi_inference``, not recorded (see the class docstring)."""
+        return await self._inference.multi_inference(request, timeout_ms=timeout_ms)
 
 
 class MonitoredSession:
-    """A :class:`~serving.session.Session` that records ``runtime_latency`` per call.
+    """A :class:`~serving.session.Session` recording what TF Serving records per Session run.
 
-    Same interface as the Session it wraps; ``api`` labels the calls (``Predict``,
-    ``Classify``...). The time is the request's view of ``Session::Run``: with batching, queueing
-    in the batch scheduler included, as TF Serving measures it around ``BatchingSession::Run``.
+    Same interface as the Session it wraps; ``api`` is the core API whose calls it runs
+    (``Predict``, ``Classify``, ``Regress``, ``MultiInference``) and decides what a successful run
+    records (:meth:`ServingMetrics.record_session_run`): ``runtime_latency`` for the first three,
+    the number of examples for MultiInference. A failed run records nothing, as in TF Serving. The
+    time is the request's view of ``Session::Run``: with batching, queueing in the batch scheduler
+    included, as TF Serving measures it around ``BatchingSession::Run``.
     """
 
     def __init__(self, session: Session, metrics: ServingMetrics, *, api: str) -> None:
@@ -383,10 +580,19 @@ class MonitoredSession:
     ) -> list[np.ndarray]:
         """See :meth:`serving.session.Session.run_tensors`."""
         started = time.perf_counter()
-        try:
-            return await self._session.run_tensors(handle, feeds, fetches, timeout_ms)
-        finally:
-            self._metrics.record_runtime(handle.name, self._api, time.perf_counter() - started)
+        values = await self._session.run_tensors(handle, feeds, fetches, timeout_ms)
+        self._metrics.record_session_run(
+            handle.name, self._api, time.perf_counter() - started, fed_rows(feeds)
+        )
+        return values
+
+
+def fed_rows(feeds: Mapping[str, np.ndarray]) -> int:
+    """Rows of a run's first feed (the serialized Examples of an Example-based API); 0 without
+    feeds or for a scalar feed."""
+    for tensor in feeds.values():
+        return int(tensor.shape[0]) if tensor.ndim else 0
+    return 0
 
 
 def instrument_loader(loader: Callable[[str], _T], metrics: ServingMetrics) -> Callable[[str], _T]:

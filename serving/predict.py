@@ -2,10 +2,12 @@
 
 TF Serving's ``TensorflowPredictor::Predict`` (``servables/tensorflow/predict_impl.cc``): find the
 servable for the request's :class:`~serving.apis.ModelSpec`, run the signature on the request's
-numpy inputs (off the event loop) and return numpy outputs with the resolved model spec. The REST
-front end decodes JSON into a :class:`~serving.apis.PredictRequest` first; a gRPC front end will
-decode ``tensorflow.serving.PredictRequest`` protos into the same type and call the same method,
-so both share lookups, validation, errors, batching and metrics.
+numpy inputs (off the event loop) and return numpy outputs with the resolved model spec. The gRPC
+front end decodes ``tensorflow.serving.PredictRequest`` protos into a
+:class:`~serving.apis.PredictRequest` and calls :meth:`Predictor.predict`; the REST front end,
+whose JSON can only be typed once the signature's input dtypes are known, calls
+:meth:`Predictor.decode_and_predict` with its decoder, which looks the servable up once for both.
+Both share lookups, validation, errors, batching and metrics.
 
 The request is checked on the event loop (:meth:`Servable.prepare_predict
 <serving.servable.Servable.prepare_predict>`, cheap), then its tensors are computed by the
@@ -16,12 +18,40 @@ The request is checked on the event loop (:meth:`Servable.prepare_predict
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from typing import Protocol, TypeVar
+
+import numpy as np
+
 from serving.apis import ModelSpec, PredictRequest, PredictResponse
 from serving.executor import BlockingExecutor
-from serving.manager import ServableManager
+from serving.manager import ServableHandle, ServableManager
 from serving.session import DirectSession, Session
 
-__all__ = ["Predictor"]
+__all__ = ["PredictService", "Predictor"]
+
+_C = TypeVar("_C")
+
+
+class PredictService(Protocol):
+    """What the front ends call for Predict: a :class:`Predictor` or a wrapper with its interface
+    (:class:`serving.metrics.MonitoredPredictor`)."""
+
+    async def predict(
+        self, request: PredictRequest, *, timeout_ms: int | None = None
+    ) -> PredictResponse:
+        """See :meth:`Predictor.predict`."""
+        ...
+
+    async def decode_and_predict(
+        self,
+        spec: ModelSpec,
+        decode: Callable[[dict[str, str]], tuple[_C, Mapping[str, np.ndarray]]],
+        *,
+        timeout_ms: int | None = None,
+    ) -> tuple[_C, PredictResponse]:
+        """See :meth:`Predictor.decode_and_predict`."""
+        ...
 
 
 class Predictor:
@@ -52,25 +82,46 @@ class Predictor:
         <serving.servable.Servable.run>`, and the batching layer's own (a full queue is
         ``UNAVAILABLE``).
         """
-        spec = request.model_spec
+        with self._manager.acquire(request.model_spec) as handle:
+            return await self._predict_on(handle, request, timeout_ms)
+
+    async def decode_and_predict(
+        self,
+        spec: ModelSpec,
+        decode: Callable[[dict[str, str]], tuple[_C, Mapping[str, np.ndarray]]],
+        *,
+        timeout_ms: int | None = None,
+    ) -> tuple[_C, PredictResponse]:
+        """Predict for a request whose inputs can only be decoded once the signature is known.
+
+        REST predict (``HttpRestApiHandler::ProcessPredictRequest``): the JSON tensors are typed
+        by the signature's input dtypes (``GetInfoMap``), then predicted. ``decode(dtypes)`` gets
+        ``{input alias: dtype name}`` (``"DT_FLOAT"``) of ``spec``'s signature and returns
+        ``(context, inputs)``; the result is ``(context, response)`` -- the REST handler passes its
+        JSON format through ``context``. The servable is looked up once, so the dtypes and the run
+        come from the same version (TF Serving looks it up twice, and a version swap in between
+        could decode with one version's dtypes and run another).
+
+        Raises, in TF Serving's order: the lookup errors of :meth:`predict`; ``INVALID_ARGUMENT``
+        ``Serving signature name: "<name>" not found in signature def``; what ``decode`` raises;
+        then the errors of :meth:`predict`.
+        """
         with self._manager.acquire(spec) as handle:
-            run = handle.servable.prepare_predict(
-                spec.signature_name, request.inputs, request.output_filter
-            )
-            values = await self._session.run_tensors(handle, run.feeds, run.fetches, timeout_ms)
+            context, inputs = decode(handle.servable.input_dtypes(spec.signature_name))
+            response = await self._predict_on(handle, PredictRequest(spec, inputs), timeout_ms)
+        return context, response
+
+    async def _predict_on(
+        self, handle: ServableHandle, request: PredictRequest, timeout_ms: int | None
+    ) -> PredictResponse:
+        """``RunPredict`` on the version ``handle`` pins (the caller holds it)."""
+        run = handle.servable.prepare_predict(
+            request.model_spec.signature_name, request.inputs, request.output_filter
+        )
+        values = await self._session.run_tensors(handle, run.feeds, run.fetches, timeout_ms)
         return PredictResponse(
             model_spec=ModelSpec(
                 handle.name, version=handle.version, signature_name=run.signature_name
             ),
             outputs=run.outputs(values),
         )
-
-    def input_dtypes(self, spec: ModelSpec) -> dict[str, str]:
-        """The inputs of ``spec``'s signature: alias -> dtype name (the REST handler's GetInfoMap).
-
-        Raises ``NOT_FOUND`` for an unknown servable and ``INVALID_ARGUMENT`` ``Serving signature
-        name: "<name>" not found in signature def``.
-        """
-        with self._manager.acquire(spec) as handle:
-            dtypes: dict[str, str] = handle.servable.input_dtypes(spec.signature_name)
-            return dtypes

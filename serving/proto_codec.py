@@ -19,7 +19,10 @@ Tensors go through :mod:`serving.tensor_proto`. Examples (``Input``) become the 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
+from tensorflow.core.framework.tensor_pb2 import TensorProto
 from tensorflow_serving.apis import (
     classification_pb2,
     inference_pb2,
@@ -46,6 +49,7 @@ __all__ = [
     "classification_response_to_proto",
     "example_request_from_proto",
     "examples_from_input",
+    "inputs_from_proto",
     "model_spec_from_proto",
     "model_spec_to_proto",
     "multi_inference_request_from_proto",
@@ -83,18 +87,27 @@ def model_spec_to_proto(spec: ModelSpec, proto: model_pb2.ModelSpec) -> None:
         proto.signature_name = spec.signature_name
 
 
+def inputs_from_proto(inputs: Mapping[str, TensorProto]) -> dict[str, np.ndarray]:
+    """A ``PredictRequest``'s ``inputs`` map as numpy arrays, ``{alias: array}``.
+
+    Raises ``INVALID_ARGUMENT`` ``tensor parsing error: <alias>`` for a tensor TensorFlow cannot
+    parse (predict_util.cc, ``PreProcessPrediction``).
+    """
+    arrays: dict[str, np.ndarray] = {}
+    for alias, tensor in inputs.items():
+        try:
+            arrays[alias] = tensor_proto.to_ndarray(tensor)
+        except tensor_proto.TensorProtoError:
+            raise ServingError(Code.INVALID_ARGUMENT, f"tensor parsing error: {alias}") from None
+    return arrays
+
+
 def predict_request_from_proto(proto: predict_pb2.PredictRequest) -> PredictRequest:
     """``PredictRequest`` -> :class:`~serving.apis.PredictRequest` (numpy inputs)."""
     require_model_spec(proto)
-    inputs: dict[str, np.ndarray] = {}
-    for alias, tensor in proto.inputs.items():
-        try:
-            inputs[alias] = tensor_proto.to_ndarray(tensor)
-        except tensor_proto.TensorProtoError:
-            raise ServingError(Code.INVALID_ARGUMENT, f"tensor parsing error: {alias}") from None
     return PredictRequest(
         model_spec=model_spec_from_proto(proto.model_spec),
-        inputs=inputs,
+        inputs=inputs_from_proto(proto.inputs),
         output_filter=tuple(proto.output_filter),
     )
 

@@ -30,6 +30,7 @@ import re
 from collections.abc import Callable, Mapping
 from urllib.parse import unquote
 
+import numpy as np
 import orjson
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -37,11 +38,11 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from serving import json_example, json_tensor, metadata, metrics
-from serving.apis import ModelSpec, PredictRequest
-from serving.classify_regress import ExampleRequest, InferenceRunner
+from serving.apis import ModelSpec
+from serving.classify_regress import ExampleRequest, InferenceService
 from serving.errors import Code, ServingError, from_exception
 from serving.manager import ServableManager
-from serving.predict import Predictor
+from serving.predict import PredictService
 
 __all__ = ["create_app"]
 
@@ -66,10 +67,10 @@ _ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"]
 
 
 def create_app(
-    predictor: Predictor,
+    predictor: PredictService,
     manager: ServableManager,
     *,
-    inference: InferenceRunner,
+    inference: InferenceService,
     timeout_ms: int | None = None,
     enable_cors: bool = False,
     prometheus: tuple[str, Callable[[], bytes]] | None = None,
@@ -124,8 +125,8 @@ class _RestApiHandler:
 
     def __init__(
         self,
-        predictor: Predictor,
-        inference: InferenceRunner,
+        predictor: PredictService,
+        inference: InferenceService,
         manager: ServableManager,
         timeout_ms: int | None,
         enable_cors: bool,
@@ -170,14 +171,22 @@ class _RestApiHandler:
         return _json_response(body, 200, self._headers)
 
     async def _predict(self, spec: ModelSpec, body: bytes) -> Response:
-        """``ProcessPredictRequest``: parse, GetInfoMap, decode, predict, encode."""
+        """``ProcessPredictRequest``: parse, GetInfoMap, decode, predict, encode.
+
+        The JSON is parsed before the servable is looked up (a malformed body is a 400 even for
+        an unknown model); GetInfoMap, decoding and the prediction share one lookup.
+        """
         doc = json_tensor.parse_json(body)
         signature = json_tensor.signature_name(doc)
         spec = ModelSpec(spec.name, spec.version, spec.version_label, signature)
-        input_dtypes = self._predictor.input_dtypes(spec)
-        fmt, inputs = json_tensor.decode_predict_inputs(doc, input_dtypes, signature)
-        response = await self._predictor.predict(
-            PredictRequest(spec, inputs), timeout_ms=self._timeout_ms
+
+        def decode(
+            input_dtypes: dict[str, str],
+        ) -> tuple[json_tensor.JsonFormat, dict[str, np.ndarray]]:
+            return json_tensor.decode_predict_inputs(doc, input_dtypes, signature)
+
+        fmt, response = await self._predictor.decode_and_predict(
+            spec, decode, timeout_ms=self._timeout_ms
         )
         return self._ok(json_tensor.encode_predict_outputs(response.outputs, fmt))
 

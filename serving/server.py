@@ -45,6 +45,7 @@ from serving.flags import ServerOptions
 from serving.grpc_service import GrpcServer, ModelService, PredictionService
 from serving.manager import ServableManager
 from serving.metrics import (
+    MonitoredInference,
     MonitoredPredictor,
     MonitoredSession,
     ServingMetrics,
@@ -103,7 +104,11 @@ async def serve(options: ServerOptions, config: ModelServerConfig) -> int:
         loader = functools.partial(
             warmup.load_with_warmup,
             loader,
-            num_request_iterations=options.num_request_iterations_for_warmup,
+            options=warmup.ModelWarmupOptions.from_flags(
+                options.num_request_iterations_for_warmup
+            ),
+            method_name_check=options.enable_signature_method_name_check,
+            metrics=metrics,
         )
     manager = ServableManager(
         loader,
@@ -133,14 +138,15 @@ async def serve(options: ServerOptions, config: ModelServerConfig) -> int:
             batching_options.num_batch_threads, batching_options.thread_pool_name
         )
         session = batching.BatchingSession(batching_options, batch_executor, metrics)
+    # Each core API runs through the same (batching or direct) Session, wrapped per API in what
+    # TF Serving records per Session run (runtime_latency, or MultiInference's example counts).
     predictor = Predictor(
         manager, request_executor, session=MonitoredSession(session, metrics, api="Predict")
     )
-
     inference = InferenceRunner(
         manager,
         request_executor,
-        session=session,  # batched like Predict with --enable_batching
+        session_for=functools.partial(_monitored_session, session, metrics),
         method_name_check=options.enable_signature_method_name_check,
     )
 
@@ -149,9 +155,9 @@ async def serve(options: ServerOptions, config: ModelServerConfig) -> int:
         if metrics_path is not None:
             _log.info("Exporting Prometheus metrics at %s on the REST port", metrics_path)
         app = create_app(
-            MonitoredPredictor(predictor, metrics, entrypoint="REST", api="predict"),
+            MonitoredPredictor(predictor, metrics, entrypoint="REST"),
             manager,
-            inference=inference,
+            inference=MonitoredInference(inference, metrics, entrypoint="REST"),
             timeout_ms=options.rest_api_timeout_in_ms,
             enable_cors=options.rest_api_enable_cors_support,
             prometheus=(metrics_path, metrics.render) if metrics_path is not None else None,
@@ -160,8 +166,8 @@ async def serve(options: ServerOptions, config: ModelServerConfig) -> int:
         front_ends.append(_RestServer(app, sock))
     if options.port or options.grpc_socket_path:
         prediction_service = PredictionService(
-            MonitoredPredictor(predictor, metrics, entrypoint="GRPC", api="Predict"),
-            inference,
+            MonitoredPredictor(predictor, metrics, entrypoint="GRPC"),
+            MonitoredInference(inference, metrics, entrypoint="GRPC"),
             manager,
             response_tensor_content=options.grpc_response_tensor_content,
         )
@@ -206,6 +212,11 @@ async def serve(options: ServerOptions, config: ModelServerConfig) -> int:
     load_executor.shutdown()
     _log.info("Server stopped")
     return 1 if crashed else 0
+
+
+def _monitored_session(session: Session, metrics: ServingMetrics, api: str) -> Session:
+    """``session`` recording what TF Serving records per Session run of core API ``api``."""
+    return MonitoredSession(session, metrics, api=api)
 
 
 def _freeze_heap(loading: asyncio.Future[Any]) -> None:

@@ -187,6 +187,58 @@ def test_split_refuses_unbatched_outputs() -> None:
     assert error.message.startswith("Batched output tensor's 0th dimension does not equal")
 
 
+# ---- large batch splitting (InputSplitMetadata, SplitInputTask) ------------------------------
+
+
+@pytest.mark.parametrize(
+    ("size", "free", "limit", "expected"),
+    [
+        (10, 3, 4, [3, 4, 3]),  # input_split_metadata.cc's head / middle / tail
+        (10, 0, 4, [4, 4, 2]),  # a full open batch: the head is a whole batch
+        (8, 4, 4, [4, 4]),
+        (9, 1, 4, [1, 4, 4]),
+        (2, 1, 4, [1, 1]),
+        (3, 5, 4, [3]),
+    ],
+)
+def test_split_task_sizes(size: int, free: int, limit: int, expected: list[int]) -> None:
+    assert batch_merge.split_task_sizes(size, free, limit) == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 200), st.integers(1, 16), st.data())
+def test_split_task_sizes_cover_the_task_in_batches_no_larger_than_the_limit(
+    size: int, limit: int, data: st.DataObject
+) -> None:
+    free = data.draw(st.integers(0, limit))
+    sizes = batch_merge.split_task_sizes(size, free, limit)
+    assert sum(sizes) == size and all(0 < part <= limit for part in sizes)
+    assert sizes[0] == min(size, free or limit)
+    assert all(part == limit for part in sizes[1:-1])
+
+
+def test_split_task_sizes_refuses_what_cannot_be_split() -> None:
+    assert _error(batch_merge.split_task_sizes, 4, 0, 0).code is Code.INTERNAL
+
+
+def test_split_inputs_then_concat_outputs_is_the_identity() -> None:
+    task = {"x": np.arange(20, dtype=np.float32).reshape(10, 2), "t": np.arange(10).astype(object)}
+    parts = batch_merge.split_inputs(task, [3, 4, 3])
+    assert [len(part["x"]) for part in parts] == [3, 4, 3]
+    assert all(np.shares_memory(part["x"], task["x"]) for part in parts)  # views, no copies
+    joined = batch_merge.concat_outputs([[part["x"], part["t"]] for part in parts])
+    np.testing.assert_array_equal(joined[0], task["x"])
+    assert joined[1].tolist() == task["t"].tolist()
+    single = [np.ones((2, 2))]
+    assert batch_merge.concat_outputs([single])[0] is single[0]
+
+
+def test_concat_outputs_refuses_parts_that_differ_beyond_dimension_0() -> None:
+    error = _error(batch_merge.concat_outputs, [[np.zeros((2, 3))], [np.zeros((1, 4))]])
+    assert error.code is Code.INVALID_ARGUMENT
+    assert error.message.startswith("Cannot concatenate the outputs of a split task: output 0")
+
+
 # ---- round trip -----------------------------------------------------------------------------
 
 

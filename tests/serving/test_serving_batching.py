@@ -399,6 +399,158 @@ def test_batch_threads_are_shared_round_robin_across_servables(
     assert order[1:] == ["two", "one"] * 3 or order[1:] == ["one", "two"] * 3
 
 
+# ---- enable_large_batch_splitting ----------------------------------------------------------
+
+
+def _splitting(
+    executor: BlockingExecutor, metrics: ServingMetrics | None = None, **options: object
+) -> BatchingSession:
+    defaults: dict[str, object] = {
+        "num_batch_threads": 1,
+        "enable_large_batch_splitting": True,
+        "max_batch_size": 16,
+        "max_execution_batch_size": 4,
+    }
+    merged = {**defaults, **options}
+    return BatchingSession(BatchingOptions(**merged), executor, metrics)  # type: ignore[arg-type]
+
+
+def _histogram(metrics: ServingMetrics, name: str) -> dict[str, float]:
+    """``le`` (and ``sum``/``count``) -> value of an unlabelled batching_session histogram."""
+    prefix = f":tensorflow:serving:batching_session:{name}"
+    values: dict[str, float] = {}
+    for line in metrics.render().decode().splitlines():
+        if line.startswith(f"{prefix}_bucket{{le="):
+            values[line.split('"')[1]] = float(line.rsplit(" ", 1)[1])
+        elif line.startswith((f"{prefix}_sum{{}}", f"{prefix}_count{{}}")):
+            values[line.split("{")[0].rsplit("_", 1)[1]] = float(line.rsplit(" ", 1)[1])
+    return values
+
+
+def test_a_request_larger_than_max_execution_batch_size_is_split_and_rejoined(
+    executor: BlockingExecutor,
+) -> None:
+    """10 rows, batches of at most 4: three runs (4, 4, 2), and the caller gets its 10 rows in
+    order; the metrics see one 10-row input and three batches of at most 4 rows."""
+    servable = ScriptedServable()
+    metrics = ServingMetrics()
+    session = _splitting(executor, metrics)
+    rows = [[float(i), float(i) + 0.5] for i in range(10)]
+    result = _run(_call(session, servable, rows))
+    _check(result, rows)
+    assert servable.batches == [4, 4, 2]
+    processed = _histogram(metrics, "processed_batch_size")
+    assert processed["count"] == 3 and processed["sum"] == 10
+    assert processed["4"] == processed["+Inf"]  # no executed batch above 4 rows
+    inputs = _histogram(metrics, "input_batch_size")
+    assert inputs["count"] == 1 and inputs["sum"] == 10  # recorded once, unsplit
+
+
+def test_a_split_request_first_fills_the_open_batch(executor: BlockingExecutor) -> None:
+    """TF's eager split: a 5-row request behind a 3-row one in a batch of 4 gives 1 row to that
+    batch and its other 4 to the next (InputSplitMetadata), each caller getting its own rows."""
+    servable = ScriptedServable()
+    session = _splitting(executor)
+    small = [[1.0], [2.0], [3.0]]
+    large = [[10.0 + i] for i in range(5)]
+
+    async def scenario() -> None:
+        first = await _hold_thread(session, servable)
+        calls = [asyncio.ensure_future(_call(session, servable, rows)) for rows in (small, large)]
+        await asyncio.sleep(0)
+        servable.gate.set()
+        _check(await first, [[100.0]])
+        for call, rows in zip(calls, (small, large), strict=True):
+            _check(await call, rows)
+
+    _run(scenario())
+    assert servable.batches == [1, 4, 4]
+
+
+def test_split_parts_are_padded_to_allowed_batch_sizes(executor: BlockingExecutor) -> None:
+    servable = ScriptedServable()
+    metrics = ServingMetrics()
+    session = _splitting(executor, metrics, allowed_batch_sizes=(2, 4))
+    rows = [[float(i)] for i in range(5)]
+    _check(_run(_call(session, servable, rows)), rows)
+    assert servable.batches == [4, 2]  # parts of 4 and 1 rows, the second padded to 2
+    processed = _histogram(metrics, "processed_batch_size")
+    assert processed["4"] == processed["+Inf"] == 2
+
+
+def test_a_failing_part_fails_the_split_request(executor: BlockingExecutor) -> None:
+    servable = ScriptedServable()
+    session = _splitting(executor)
+    rows = [[1.0], [2.0], [3.0], [4.0], [-5.0], [6.0]]  # the bad row is in the second part
+    with pytest.raises(ServingError) as info:
+        _run(_call(session, servable, rows))
+    assert (info.value.code, info.value.message) == (
+        Code.INVALID_ARGUMENT,
+        "negative input in a batch of 2",
+    )
+    assert servable.batches == [4, 2]
+
+
+def test_a_split_request_beyond_the_queues_capacity_is_refused(
+    executor: BlockingExecutor,
+) -> None:
+    """ValidateBatchTaskQueueCapacity with splitting: capacity is counted in rows of
+    max_execution_batch_size, and a refused request leaves nothing queued."""
+    servable = ScriptedServable()
+    session = _splitting(executor, max_execution_batch_size=2, max_enqueued_batches=2)
+
+    async def scenario() -> None:
+        first = await _hold_thread(session, servable)
+        queued = asyncio.ensure_future(_call(session, servable, [[1.0], [2.0], [3.0]]))
+        await asyncio.sleep(0)  # parts of 2 and 1 rows: two batches, one row free
+        with pytest.raises(ServingError) as info:
+            await _call(session, servable, [[4.0], [5.0]])
+        assert (info.value.code, info.value.message) == (
+            Code.UNAVAILABLE,
+            "The batch scheduling queue to which this task was submitted is full; task size is "
+            "2 but scheduling capacity is only 1 (num_enqueued_batches=2, max_enqueued_batches=2, "
+            "open_batch_size=1, max_execution_batch_size=2)",
+        )
+        fits = asyncio.ensure_future(_call(session, servable, [[6.0]]))
+        servable.gate.set()
+        await first
+        _check(await queued, [[1.0], [2.0], [3.0]])
+        _check(await fits, [[6.0]])
+
+    _run(scenario())
+    assert servable.batches == [1, 2, 2]
+
+
+def test_a_cancelled_split_request_leaves_its_parts_out(executor: BlockingExecutor) -> None:
+    servable = ScriptedServable()
+    session = _splitting(executor)
+
+    async def scenario() -> None:
+        first = await _hold_thread(session, servable)
+        gone = asyncio.ensure_future(_call(session, servable, [[1.0]] * 6))
+        await asyncio.sleep(0)
+        kept = asyncio.ensure_future(_call(session, servable, [[2.0]]))
+        await asyncio.sleep(0)
+        gone.cancel()
+        servable.gate.set()
+        await first
+        _check(await kept, [[2.0]])
+
+    _run(scenario())
+    assert servable.batches == [1, 1]
+
+
+def test_a_request_larger_than_max_batch_size_is_refused_when_splitting(
+    executor: BlockingExecutor,
+) -> None:
+    with pytest.raises(ServingError) as info:
+        _run(_call(_splitting(executor), ScriptedServable(), [[1.0]] * 17))
+    assert (info.value.code, info.value.message) == (
+        Code.INVALID_ARGUMENT,
+        "Task size 17 is larger than maximum input batch size 16",
+    )
+
+
 # ---- options ---------------------------------------------------------------------------------
 
 
@@ -438,7 +590,31 @@ def test_parameters_file_fields(tmp_path: Path) -> None:
         pad_variable_length_inputs=True,
     )
     assert options is not None and options.num_batch_threads >= 1  # the schedulable CPUs
+    assert options.execution_batch_size_limit == 128  # no splitting: max_batch_size
     assert batching.batching_options(parse_flags(["--model_base_path=/m"])) is None
+
+
+def test_parameters_file_with_large_batch_splitting(tmp_path: Path) -> None:
+    path = tmp_path / "batching.config"
+    path.write_text(
+        "max_batch_size { value: 256 }\n"
+        "enable_large_batch_splitting { value: true }\n"
+        "max_execution_batch_size { value: 32 }\n"
+        "allowed_batch_sizes: 8 allowed_batch_sizes: 32\n"
+    )
+    flags = ["--model_base_path=/m", "--enable_batching", f"--batching_parameters_file={path}"]
+    options = batching.batching_options(parse_flags(flags))
+    assert options is not None
+    assert (options.max_batch_size, options.execution_batch_size_limit) == (256, 32)
+    assert options.enable_large_batch_splitting and options.allowed_batch_sizes == (8, 32)
+    # Without max_execution_batch_size a batch holds max_batch_size rows, as without splitting;
+    # without enable_large_batch_splitting, max_execution_batch_size is ignored (as TF does).
+    path.write_text("max_batch_size { value: 64 } enable_large_batch_splitting { value: true }")
+    options = batching.batching_options(parse_flags(flags))
+    assert options is not None and options.execution_batch_size_limit == 64
+    path.write_text("max_batch_size { value: 64 } max_execution_batch_size { value: 8 }")
+    options = batching.batching_options(parse_flags(flags))
+    assert options is not None and options.execution_batch_size_limit == 64
 
 
 @pytest.mark.parametrize(
@@ -464,6 +640,53 @@ def test_parameters_file_fields(tmp_path: Path) -> None:
                 "Last entry in allowed_batch_sizes must match max_batch_size; last entry was 4; "
                 "expected 8"
             ),
+        ),
+        # With splitting: CreateBasicBatchingSession's, then SharedBatchScheduler::AddQueue's.
+        (
+            "enable_large_batch_splitting { value: true } max_batch_size { value: 8 } "
+            "max_execution_batch_size { value: 4 } allowed_batch_sizes: [2, 2, 4]",
+            "allowed_batch_sizes entries must be monotonically increasing",
+        ),
+        (
+            "enable_large_batch_splitting { value: true } max_batch_size { value: 8 } "
+            "max_execution_batch_size { value: 4 } allowed_batch_sizes: [2, 16]",
+            (
+                "Last entry in allowed_batch_sizes must be less than or equal to max_batch_size; "
+                "last entry was 16; expected 8"
+            ),
+        ),
+        (
+            "enable_large_batch_splitting { value: true } max_batch_size { value: 8 } "
+            "max_execution_batch_size { value: 4 } allowed_batch_sizes: [2, 8]",
+            (
+                "Last entry in allowed_batch_sizes must be equal to max_execution_batch_size; "
+                "last entry was 8; expected 4"
+            ),
+        ),
+        (
+            "enable_large_batch_splitting { value: true } max_batch_size { value: 8 } "
+            "allowed_batch_sizes: [2, 4]",  # max_execution_batch_size defaults to max_batch_size
+            (
+                "Last entry in allowed_batch_sizes must be equal to max_execution_batch_size; "
+                "last entry was 4; expected 8"
+            ),
+        ),
+        (
+            "enable_large_batch_splitting { value: true } max_batch_size { value: 8 } "
+            "max_execution_batch_size { value: 16 }",
+            # TF appends the flag (1) and both values to the message, unseparated.
+            (
+                "When enable_large_batch_splitting is true, input_batch_size_limit must be "
+                "greater than or equal to max_execution_batch_size.1816"
+            ),
+        ),
+        (
+            "enable_large_batch_splitting { value: true } max_enqueued_batches { value: 0 }",
+            "max_enqueued_batches must be positive; was 0",
+        ),
+        (
+            "enable_large_batch_splitting { value: true } max_execution_batch_size { value: 0 }",
+            "max_execution_batch_size must be positive; was 0",
         ),
     ],
 )

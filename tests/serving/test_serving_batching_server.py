@@ -4,7 +4,9 @@ One server for the module, with a batching parameters file whose long ``batch_ti
 makes merging deterministic: a batch runs when ``max_batch_size`` rows have arrived (or after one
 second). Concurrent callers send distinct inputs to ``half_plus_two`` (y = 0.5 x + 2, exact in
 float32 for these inputs) and must each get exactly their own rows back; the Prometheus page
-(``--monitoring_config_file``) must show batches of more than one request.
+(``--monitoring_config_file``) must show batches of more than one request. A second server splits
+large requests (``enable_large_batch_splitting``): a request larger than
+``max_execution_batch_size`` must get exactly its rows back, and no executed batch may be larger.
 """
 
 from __future__ import annotations
@@ -46,25 +48,25 @@ def _model_ready(url: str) -> bool:
     )
 
 
-@pytest.fixture(scope="module")
-def server(serving_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    workdir = tmp_path_factory.mktemp("batching-server")
+def _start(
+    serving_model_dir: Path,
+    workdir: Path,
+    models: tuple[str, ...],
+    batching_parameters: str,
+) -> Server:
+    """``python -m serving --enable_batching`` with these parameters and Prometheus metrics,
+    once ``models`` are AVAILABLE."""
     config = workdir / "models.config"
     config.write_text(
         "model_config_list {\n"
         + "".join(
             f'  config {{ name: "{name}" base_path: "{serving_model_dir / name}" '
             'model_platform: "tensorflow" }\n'
-            for name in ("half_plus_two", "two_inputs")
+            for name in models
         )
         + "}\n"
     )
-    (workdir / "batching.config").write_text(
-        f"max_batch_size {{ value: {MAX_BATCH_SIZE} }}\n"
-        "batch_timeout_micros { value: 1000000 }\n"
-        "max_enqueued_batches { value: 100 }\n"
-        "num_batch_threads { value: 1 }\n"
-    )
+    (workdir / "batching.config").write_text(batching_parameters)
     (workdir / "monitoring.config").write_text(
         'prometheus_config { enable: true path: "/monitoring/prometheus/metrics" }\n'
     )
@@ -83,17 +85,35 @@ def server(serving_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
     )
     rest = f"http://127.0.0.1:{rest_port}"
     try:
-        for model in ("half_plus_two", "two_inputs"):
+        for model in models:
             wait_until(
                 lambda model=model: not proc.alive() or _model_ready(f"{rest}/v1/models/{model}"),
                 READY_TIMEOUT_S,
                 f"{model} AVAILABLE",
             )
         assert proc.alive(), proc.log()
-        yield Server(proc, rest, f"127.0.0.1:{grpc_port}")
+    except BaseException:
+        proc.stop()
+        raise
+    return Server(proc, rest, f"127.0.0.1:{grpc_port}")
+
+
+@pytest.fixture(scope="module")
+def server(serving_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    started = _start(
+        serving_model_dir,
+        tmp_path_factory.mktemp("batching-server"),
+        ("half_plus_two", "two_inputs"),
+        f"max_batch_size {{ value: {MAX_BATCH_SIZE} }}\n"
+        "batch_timeout_micros { value: 1000000 }\n"
+        "max_enqueued_batches { value: 100 }\n"
+        "num_batch_threads { value: 1 }\n",
+    )
+    try:
+        yield started
     finally:
-        code = proc.stop()
-        assert code == 0, proc.log()
+        code = started.proc.stop()
+        assert code == 0, started.proc.log()
 
 
 def _inputs(caller: int) -> list[float]:
@@ -177,6 +197,9 @@ def test_prometheus_page_has_tf_servings_metrics(server: Server) -> None:
         (":tensorflow:serving:request_count", "counter"),
         (":tensorflow:serving:request_latency", "histogram"),
         (":tensorflow:serving:runtime_latency", "histogram"),
+        (":tensorflow:serving:request_example_counts", "histogram"),
+        (":tensorflow:serving:request_example_count_total", "counter"),
+        (":tensorflow:serving:model_warmup_latency", "histogram"),
         (":tensorflow:serving:batching_session:queuing_latency", "histogram"),
         (":tensorflow:serving:batching_session:input_batch_size", "histogram"),
         (":tensorflow:serving:batching_session:processed_batch_size", "histogram"),
@@ -214,10 +237,94 @@ def test_prometheus_page_has_tf_servings_metrics(server: Server) -> None:
         page,
         re.MULTILINE,
     )
-    assert "_created" not in page and "_total" not in page
+    # No prometheus-client suffixes: "_total" only where TF Serving's own name has it.
+    assert "_created" not in page
+    tf_total = ":tensorflow:serving:request_example_count_total"
+    assert re.findall(rf"^(?!{tf_total})(\S+_total)[{{ ]", page, re.MULTILINE) == []
+    assert re.findall(r"^# TYPE (\S+_total) ", page, re.MULTILINE) == [
+        ":tensorflow:serving:request_example_count_total"
+    ]
 
 
 def test_thread_pool_sizes_are_logged_at_start(server: Server) -> None:
     log = server.proc.log_path.read_text(errors="replace")
     assert "intra_op_parallelism_threads=1 inter_op_parallelism_threads=1" in log
     assert "Batching: max_batch_size=16, batch_timeout_micros=1000000" in log
+
+
+SPLIT_MAX_EXECUTION_BATCH_SIZE = 4
+
+
+@pytest.fixture(scope="module")
+def splitting_server(
+    serving_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
+    started = _start(
+        serving_model_dir,
+        tmp_path_factory.mktemp("splitting-server"),
+        ("half_plus_two",),
+        "max_batch_size { value: 64 }\n"
+        "enable_large_batch_splitting { value: true }\n"
+        f"max_execution_batch_size {{ value: {SPLIT_MAX_EXECUTION_BATCH_SIZE} }}\n"
+        "allowed_batch_sizes: [2, 4]\n"
+        "num_batch_threads { value: 1 }\n",
+    )
+    try:
+        yield started
+    finally:
+        code = started.proc.stop()
+        assert code == 0, started.proc.log()
+
+
+def _histogram(server: Server, name: str) -> dict[str, int]:
+    """``le`` / ``sum`` / ``count`` -> value of an unlabelled batching_session histogram."""
+    page = httpx.get(f"{server.rest}/monitoring/prometheus/metrics", timeout=10.0).text
+    prefix = f":tensorflow:serving:batching_session:{name}"
+    values = {
+        match[1]: int(float(match[2]))
+        for match in re.finditer(rf'^{prefix}_bucket{{le="([^"]+)"}} (\S+)$', page, re.MULTILINE)
+    }
+    for key in ("sum", "count"):
+        found = re.search(rf"^{prefix}_{key}{{}} (\S+)$", page, re.MULTILINE)
+        values[key] = int(float(found[1])) if found else 0
+    return values
+
+
+def test_requests_larger_than_max_execution_batch_size_are_split_row_exactly(
+    splitting_server: Server,
+) -> None:
+    import tensorflow as tf
+    from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+
+    xs = [0.25 * i for i in range(10)]  # 10 rows: parts of 4, 4 and 2
+    response = httpx.post(
+        f"{splitting_server.rest}/v1/models/half_plus_two:predict",
+        json={"instances": xs},
+        timeout=30.0,
+    )
+    assert response.status_code == 200, response.text
+    assert response.json() == {"predictions": [0.5 * x + 2 for x in xs]}
+    with grpc.insecure_channel(splitting_server.grpc_target) as channel:
+        request = predict_pb2.PredictRequest()
+        request.model_spec.name = "half_plus_two"
+        request.inputs["x"].CopyFrom(tf.make_tensor_proto(np.array(xs[::-1], np.float32)))
+        reply = prediction_service_pb2_grpc.PredictionServiceStub(channel).Predict(
+            request, timeout=30.0
+        )
+    np.testing.assert_array_equal(
+        tf.make_ndarray(reply.outputs["y"]), [0.5 * x + 2 for x in xs[::-1]]
+    )
+    processed = _histogram(splitting_server, "processed_batch_size")
+    # Each 10-row request ran as batches of 4, 4 and 2 rows: none above the limit.
+    assert (processed["count"], processed["sum"]) == (6, 20)
+    assert processed[str(SPLIT_MAX_EXECUTION_BATCH_SIZE)] == processed["+Inf"] == 6
+    inputs = _histogram(splitting_server, "input_batch_size")
+    assert (inputs["count"], inputs["sum"], inputs["8"], inputs["16"]) == (2, 20, 0, 2)
+    # max_batch_size still bounds one request.
+    response = httpx.post(
+        f"{splitting_server.rest}/v1/models/half_plus_two:predict",
+        json={"instances": [1.0] * 65},
+        timeout=30.0,
+    )
+    assert response.status_code == 400
+    assert response.json() == {"error": "Task size 65 is larger than maximum input batch size 64"}

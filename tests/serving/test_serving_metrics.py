@@ -6,7 +6,9 @@ import asyncio
 import re
 import subprocess
 import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,7 +18,9 @@ from serving.apis import ModelSpec, PredictRequest, PredictResponse
 from serving.errors import Code, ServingError
 from serving.manager import ServableHandle
 from serving.metrics import (
+    API_LABELS,
     PROMETHEUS_PATH,
+    MonitoredInference,
     MonitoredPredictor,
     MonitoredSession,
     ServingMetrics,
@@ -45,7 +49,8 @@ def test_page_is_written_like_tf_servings_prometheus_exporter() -> None:
     metrics.record_request('we"ird\\', "Predict", "GRPC", Code.NOT_FOUND, 0.0001)
     page = metrics.render().decode()
     assert page.endswith("\n")
-    assert "# HELP" not in page and "_total" not in page and "_created" not in page
+    assert "# HELP" not in page and "_created" not in page
+    assert ":tensorflow:serving:request_count_total" not in page
     # A counter: its own name (prometheus-client would write request_count_total), integer value.
     assert "# TYPE :tensorflow:serving:request_count counter\n" in page
     assert ':tensorflow:serving:request_count{model_name="m",status="OK"} 2\n' in page
@@ -69,6 +74,9 @@ def test_every_metric_has_a_type_line_before_any_sample() -> None:
         (":tensorflow:serving:request_count", "counter"),
         (":tensorflow:serving:request_latency", "histogram"),
         (":tensorflow:serving:runtime_latency", "histogram"),
+        (":tensorflow:serving:request_example_counts", "histogram"),
+        (":tensorflow:serving:request_example_count_total", "counter"),
+        (":tensorflow:serving:model_warmup_latency", "histogram"),
         (":tensorflow:serving:batching_session:queuing_latency", "histogram"),
         (":tensorflow:serving:batching_session:input_batch_size", "histogram"),
         (":tensorflow:serving:batching_session:processed_batch_size", "histogram"),
@@ -110,8 +118,15 @@ class _Predictor:
             raise self.error
         return PredictResponse(request.model_spec, {"y": np.zeros(1)})
 
-    def input_dtypes(self, spec: ModelSpec) -> dict[str, str]:
-        return {"x": "DT_FLOAT"}
+    async def decode_and_predict(
+        self,
+        spec: ModelSpec,
+        decode: Callable[[dict[str, str]], tuple[Any, Mapping[str, np.ndarray]]],
+        *,
+        timeout_ms: int | None = None,
+    ) -> tuple[Any, PredictResponse]:
+        context, inputs = decode({"x": "DT_FLOAT"})
+        return context, await self.predict(PredictRequest(spec, inputs), timeout_ms=timeout_ms)
 
 
 @pytest.mark.parametrize(
@@ -142,22 +157,163 @@ def test_monitored_predictor_counts_every_outcome(
     assert samples[f':tensorflow:serving:request_count{{model_name="m",status="{status}"}}'] == "1"
     latency = ':tensorflow:serving:request_latency_count{model_name="m",API="Predict",'
     assert samples[latency + f'entrypoint="GRPC",status="{status}"}}'] == "1"
-    assert predictor.input_dtypes(ModelSpec("m")) == {"x": "DT_FLOAT"}
+
+
+def test_rest_predict_is_recorded_with_its_decoding() -> None:
+    """REST predict decodes inside the recorded call (it needs the signature's dtypes): a body
+    whose tensors do not decode is counted with its code, as TF Serving's REST server counts it."""
+    metrics = ServingMetrics()
+    predictor = MonitoredPredictor(_Predictor(), metrics, entrypoint="REST")
+
+    def decode(dtypes: dict[str, str]) -> tuple[str, dict[str, np.ndarray]]:
+        assert dtypes == {"x": "DT_FLOAT"}
+        return "row", {"x": np.zeros(1, np.float32)}
+
+    def bad_decode(dtypes: dict[str, str]) -> tuple[str, dict[str, np.ndarray]]:
+        raise ServingError(Code.INVALID_ARGUMENT, "JSON Value: ... Type: String is not of type")
+
+    context, response = asyncio.run(predictor.decode_and_predict(ModelSpec("m"), decode))
+    assert context == "row" and list(response.outputs) == ["y"]
+    with pytest.raises(ServingError):
+        asyncio.run(predictor.decode_and_predict(ModelSpec("m"), bad_decode))
+    samples = _samples(metrics)
+    latency = ':tensorflow:serving:request_latency_count{model_name="m",API="predict",'
+    assert samples[latency + 'entrypoint="REST",status="OK"}'] == "1"
+    assert samples[latency + 'entrypoint="REST",status="INVALID_ARGUMENT"}'] == "1"
+
+
+class _Inference:
+    """Answers every API with a marker, or raises ``error``."""
+
+    def __init__(self, error: BaseException | None = None) -> None:
+        self.error = error
+
+    async def _answer(self, api: str) -> str:
+        if self.error is not None:
+            raise self.error
+        return api
+
+    async def classify(self, request: Any, *, timeout_ms: int | None = None) -> Any:
+        return await self._answer("classify")
+
+    async def regress(self, request: Any, *, timeout_ms: int | None = None) -> Any:
+        return await self._answer("regress")
+
+    async def multi_inference(self, request: Any, *, timeout_ms: int | None = None) -> Any:
+        return await self._answer("multi_inference")
+
+
+@pytest.mark.parametrize("entrypoint", ["REST", "GRPC"])
+def test_monitored_inference_records_classify_and_regress_like_tf_serving(
+    entrypoint: str,
+) -> None:
+    from serving.classify_regress import ExampleRequest, InferenceTask, MultiInferenceRequest
+
+    metrics = ServingMetrics()
+    inference = MonitoredInference(_Inference(), metrics, entrypoint=entrypoint)
+    examples = np.array([b""], object)
+    request = ExampleRequest(ModelSpec("m"), examples)
+    task = InferenceTask(ModelSpec("m"), "tensorflow/serving/classify")
+    multi = MultiInferenceRequest((task,), examples)
+
+    async def calls() -> list[Any]:
+        return [
+            await inference.classify(request, timeout_ms=5),
+            await inference.regress(request),
+            await inference.regress(request),
+            await inference.multi_inference(multi),
+        ]
+
+    assert asyncio.run(calls()) == ["classify", "regress", "regress", "multi_inference"]
+    samples = _samples(metrics)
+    # Classify and Regress count; MultiInference counts nowhere (PredictionServiceImpl records no
+    # request metric for it).
+    assert samples[':tensorflow:serving:request_count{model_name="m",status="OK"}'] == "3"
+    latency = ':tensorflow:serving:request_latency_count{model_name="m",'
+    classify, regress = API_LABELS[entrypoint]["classify"], API_LABELS[entrypoint]["regress"]
+    assert samples[latency + f'API="{classify}",entrypoint="{entrypoint}",status="OK"}}'] == "1"
+    assert samples[latency + f'API="{regress}",entrypoint="{entrypoint}",status="OK"}}'] == "2"
+    assert len([key for key in samples if key.startswith(latency)]) == 2
+    assert (classify, regress) == (
+        ("classify", "regress") if entrypoint == "REST" else ("Classify", "Regress")
+    )
+
+
+def test_monitored_inference_records_failures_with_their_code() -> None:
+    from serving.classify_regress import ExampleRequest
+
+    metrics = ServingMetrics()
+    error = ServingError(Code.INVALID_ARGUMENT, "No signature was found with the name: x")
+    inference = MonitoredInference(_Inference(error), metrics, entrypoint="GRPC")
+    with pytest.raises(ServingError):
+        asyncio.run(inference.classify(ExampleRequest(ModelSpec("m"), np.array([], object))))
+    samples = _samples(metrics)
+    key = ':tensorflow:serving:request_count{model_name="m",status="INVALID_ARGUMENT"}'
+    assert samples[key] == "1"
+
+
+class _Session:
+    def __init__(self, error: BaseException | None = None) -> None:
+        self.error = error
+
+    async def run_tensors(
+        self, handle: object, feeds: object, fetches: object, timeout_ms: object
+    ) -> list[np.ndarray]:
+        if self.error is not None:
+            raise self.error
+        return [np.ones(1)]
 
 
 def test_monitored_session_records_runtime_latency() -> None:
-    class Session:
-        async def run_tensors(
-            self, handle: object, feeds: object, fetches: object, timeout_ms: object
-        ) -> list[np.ndarray]:
-            return [np.ones(1)]
-
     metrics = ServingMetrics()
-    session = MonitoredSession(Session(), metrics, api="Classify")
+    session = MonitoredSession(_Session(), metrics, api="Classify")
     handle = ServableHandle("m", 3, object())
-    assert asyncio.run(session.run_tensors(handle, {}, (), None))[0].tolist() == [1.0]
+    feeds = {"inputs:0": np.array([b"", b""], object)}
+    assert asyncio.run(session.run_tensors(handle, feeds, (), None))[0].tolist() == [1.0]
     key = ':tensorflow:serving:runtime_latency_count{model_name="m",API="Classify",runtime="TF1"}'
-    assert _samples(metrics)[key] == "1"
+    samples = _samples(metrics)
+    assert samples[key] == "1"
+    assert not any("request_example" in key and "{" in key for key in samples)
+
+
+def test_monitored_session_records_nothing_for_a_failed_run() -> None:
+    """TF Serving records runtime_latency after TF_RETURN_IF_ERROR(session->Run(...))."""
+    metrics = ServingMetrics()
+    error = ServingError(Code.INVALID_ARGUMENT, "Type mismatch")
+    session = MonitoredSession(_Session(error), metrics, api="Predict")
+    with pytest.raises(ServingError):
+        asyncio.run(session.run_tensors(ServableHandle("m", 1, object()), {}, (), None))
+    runtime = ":tensorflow:serving:runtime_latency"
+    assert not any(key.startswith(runtime) for key in _samples(metrics))
+
+
+def test_multi_inference_runs_record_example_counts_not_runtime_latency() -> None:
+    metrics = ServingMetrics()
+    session = MonitoredSession(_Session(), metrics, api="MultiInference")
+    handle = ServableHandle("m", 1, object())
+    for rows in (3, 5):
+        feeds = {"inputs:0": np.array([b""] * rows, object)}
+        asyncio.run(session.run_tensors(handle, feeds, (), None))
+    page = metrics.render().decode()
+    samples = _samples(metrics)
+    # TF Serving's names as they are, "_total" included, and its label "model".
+    assert "# TYPE :tensorflow:serving:request_example_count_total counter\n" in page
+    assert samples[':tensorflow:serving:request_example_count_total{model="m"}'] == "8"
+    assert samples[':tensorflow:serving:request_example_counts_count{model="m"}'] == "2"
+    buckets = ':tensorflow:serving:request_example_counts_bucket{model="m",'
+    assert samples[buckets + 'le="4"}'] == "1"
+    assert samples[buckets + 'le="16384"}'] == "2"  # TF's 15 buckets: 1 .. 2**14
+    assert not any(key.startswith(":tensorflow:serving:runtime_latency") for key in samples)
+
+
+def test_warmup_latency_is_labelled_with_path_and_status() -> None:
+    metrics = ServingMetrics()
+    metrics.record_warmup("/m/1", "OK", 0.002)
+    metrics.record_warmup("/m/2", "DATA_LOSS: corrupted record at 0", 0.001)
+    samples = _samples(metrics)
+    prefix = ":tensorflow:serving:model_warmup_latency_count"
+    assert samples[prefix + '{model_path="/m/1",status="OK"}'] == "1"
+    assert samples[prefix + '{model_path="/m/2",status="DATA_LOSS: corrupted record at 0"}'] == "1"
 
 
 def test_instrumented_loader_records_success_and_failure() -> None:

@@ -263,6 +263,47 @@ def test_predict_core_runs_off_the_event_loop(
     assert seen and seen[0].startswith("session-run")
 
 
+def test_rest_predict_looks_the_servable_up_once(
+    manager: ServableManager, client: AppClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GetInfoMap (input dtypes), decoding and the prediction share one lookup -- so they use one
+    version -- and the answers and errors are unchanged, in TF Serving's order: lookup, then
+    signature, then the body's tensors."""
+    specs: list[ModelSpec] = []
+    acquire = manager.acquire
+
+    def counting(spec: ModelSpec) -> object:
+        specs.append(spec)
+        return acquire(spec)
+
+    monkeypatch.setattr(manager, "acquire", counting)
+    body = {"inputs": {"a": [1.0], "b": [2.0]}}
+    response = client.post("/v1/models/two_inputs:predict", json=body)
+    assert response.json() == {"outputs": {"product": [2.0], "sum": [3.0]}}
+    assert specs == [ModelSpec("two_inputs")]
+    for path, body, status, error in [
+        (
+            "/v1/models/nope:predict",
+            {"signature_name": "nope", "instances": ["not a number"]},
+            404,
+            "Servable not found for request: Latest(nope)",
+        ),
+        (
+            "/v1/models/half_plus_two:predict",
+            {"signature_name": "nope", "instances": ["not a number"]},
+            400,
+            'Serving signature name: "nope" not found in signature def',
+        ),
+    ]:
+        specs.clear()
+        response = client.post(path, json=body)
+        assert (response.status_code, response.json()) == (status, {"error": error})
+        assert len(specs) == 1
+    specs.clear()
+    response = client.post("/v1/models/half_plus_two:predict", json={"instances": ["text"]})
+    assert response.status_code == 400 and len(specs) == 1
+
+
 def test_servable_input_checks(manager: ServableManager) -> None:
     from serving.errors import ServingError
 

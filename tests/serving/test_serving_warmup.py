@@ -1,6 +1,8 @@
 """SavedModel warmup (``--enable_model_warmup``): the replay rules with a recording servable, a real
-"counter" SavedModel that proves how many times warmup ran, the fraud export, and a real
-``python -m serving`` subprocess where a bad warmup file fails only its own model.
+"counter" SavedModel that proves how many times warmup ran, TF Serving's half_plus_two test model
+(predict, classify and regress signatures) replaying every log type with its metrics, the fraud
+export, and a real ``python -m serving`` subprocess where a bad warmup file fails only its own
+model.
 
 The counter model counts its own Session runs in a variable: ``y = x`` and ``count`` = runs so far
 (this one included), so the first request after load answers 1 + records x iterations.
@@ -10,6 +12,8 @@ from __future__ import annotations
 
 import logging
 import os
+import re
+import shutil
 import subprocess
 import sys
 import time
@@ -23,15 +27,23 @@ import pytest
 from serving_testlib import REPO_ROOT, free_port
 
 import tensorflow as tf
+from tensorflow.core.protobuf.meta_graph_pb2 import SignatureDef
 from tensorflow_serving.apis import (
     classification_pb2,
+    inference_pb2,
+    input_pb2,
     model_pb2,
     predict_pb2,
     prediction_log_pb2,
+    regression_pb2,
 )
+from tf_serving_testdata import export_testdata
 
 from serving import warmup
 from serving.errors import Code, ServingError
+from serving.metrics import ServingMetrics
+from serving.servable import PredictRun
+from serving.warmup import ModelWarmupOptions
 
 READY_DEADLINE_S = 90.0
 
@@ -82,19 +94,28 @@ def export_counter(path: Path, warmup_records: Sequence[bytes] = ()) -> Path:
 
 
 class RecordingServable:
-    """Records ``run`` calls; fails on the signature named ``fail``."""
+    """Records predict calls (``prepare_predict``) and Session runs; fails on the predict
+    signature named ``fail``. ``signature_defs`` are what Example-based records resolve against."""
 
-    def __init__(self) -> None:
+    def __init__(self, signature_defs: dict[str, SignatureDef] | None = None) -> None:
         self.calls: list[tuple[str, dict[str, np.ndarray], tuple[str, ...]]] = []
+        self.runs: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
+        self.signature_defs = signature_defs or {}
         self.closed = False
 
-    def run(
-        self, signature_name: str, inputs: Any, output_filter: Any = (), timeout_ms: Any = None
-    ) -> Any:
+    def prepare_predict(
+        self, signature_name: str, inputs: Any, output_filter: Any = ()
+    ) -> PredictRun:
         if signature_name == "fail":
             raise ServingError(Code.INVALID_ARGUMENT, "input size does not match signature")
         self.calls.append((signature_name, dict(inputs), tuple(output_filter)))
-        return signature_name, {}
+        return PredictRun(signature_name or "serving_default", dict(inputs), (), ())
+
+    def run_tensors(self, feeds: Any, fetches: Any, timeout_ms: Any = None) -> list[np.ndarray]:
+        self.runs.append((tuple(feeds), tuple(fetches)))
+        rows = len(next(iter(feeds.values()))) if feeds else 0
+        # A classify signature's "scores" output: one score per example.
+        return [np.ones((rows, 1), np.float32) for _ in fetches]
 
     def close(self) -> None:
         self.closed = True
@@ -117,7 +138,9 @@ def test_records_replay_in_order_with_iterations(
     path = write_warmup(tmp_path, [predict_log([1.0]), predict_log([2.0, 3.0], "sig", ["y"])])
     servable = RecordingServable()
     with caplog.at_level(logging.INFO, logger="serving.warmup"):
-        count = warmup.run_saved_model_warmup(servable, str(tmp_path), num_request_iterations=2)
+        count = warmup.run_saved_model_warmup(
+            servable, str(tmp_path), options=ModelWarmupOptions(num_request_iterations=2)
+        )
     assert count == 2
     assert [(name, list(inputs["x"]), outputs) for name, inputs, outputs in servable.calls] == [
         ("", [1.0], ()),
@@ -130,20 +153,45 @@ def test_records_replay_in_order_with_iterations(
         f"Finished reading warmup data for model at {path}. Number of warmup records read: 2."
         in caplog.text
     )
+    # ModelWarmupOptions::DebugString(), as TF Serving logs it.
+    assert (
+        f"Starting to read warmup data for model at {path} with model-warmup-options "
+        "num_request_iterations {\n  value: 2\n}\n" in caplog.text
+    )
 
 
-def test_other_log_types(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    request = classification_pb2.ClassificationRequest()
-    classify = prediction_log_pb2.PredictionLog(
-        classify_log=prediction_log_pb2.ClassifyLog(request=request)
+def test_model_warmup_options_follow_the_flag_and_the_proto() -> None:
+    # --num_request_iterations_for_warmup sets the option only when > 0 (server.cc).
+    assert ModelWarmupOptions.from_flags(0) == ModelWarmupOptions()
+    assert ModelWarmupOptions.from_flags(3) == ModelWarmupOptions(num_request_iterations=3)
+    assert ModelWarmupOptions().debug_string() == ""
+
+
+def test_zero_iterations_read_and_count_every_record_but_run_none(tmp_path: Path) -> None:
+    write_warmup(tmp_path, [predict_log([1.0]), predict_log([2.0])])
+    servable = RecordingServable()
+    options = ModelWarmupOptions(num_request_iterations=0)  # set: used as is, like TF Serving
+    assert warmup.run_saved_model_warmup(servable, str(tmp_path), options=options) == 2
+    assert servable.calls == []
+
+
+def test_log_types_a_session_servable_does_not_replay_are_skipped(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """saved_model_warmup.cc's RunWarmupRequest: ``default: break`` -- predict_streamed_log (a
+    TFRT-only log type) and a record without a log type are read, counted and skipped."""
+    streamed = prediction_log_pb2.PredictionLog(
+        predict_streamed_log=prediction_log_pb2.PredictStreamedLog()
     ).SerializeToString()
     empty = prediction_log_pb2.PredictionLog().SerializeToString()
-    write_warmup(tmp_path, [classify, empty, predict_log([1.0])])
+    write_warmup(tmp_path, [streamed, empty, predict_log([1.0])])
     servable = RecordingServable()
     with caplog.at_level(logging.WARNING, logger="serving.warmup"):
-        assert warmup.run_saved_model_warmup(servable, str(tmp_path)) == 3
-    assert len(servable.calls) == 1
-    assert "1 warmup record(s)" in caplog.text and "not replayed" in caplog.text
+        options = ModelWarmupOptions(num_request_iterations=3)
+        assert warmup.run_saved_model_warmup(servable, str(tmp_path), options=options) == 3
+    assert len(servable.calls) == 3  # the predict record, 3 times
+    assert "2 warmup record(s)" in caplog.text
+    assert "(no log_type: 1, predict_streamed_log: 1)" in caplog.text
 
     session_run = prediction_log_pb2.PredictionLog(
         session_run_log=prediction_log_pb2.SessionRunLog()
@@ -219,8 +267,203 @@ def test_a_failing_request_fails_the_load_and_closes_the_servable(tmp_path: Path
         warmup.load_with_warmup(load, str(tmp_path))
     assert loaded[0].closed
     write_warmup(tmp_path, [predict_log([1.0])])
-    servable = warmup.load_with_warmup(load, str(tmp_path), num_request_iterations=3)
+    options = ModelWarmupOptions(num_request_iterations=3)
+    servable = warmup.load_with_warmup(load, str(tmp_path), options=options)
     assert len(servable.calls) == 3 and not servable.closed
+
+
+CLASSIFY = "tensorflow/serving/classify"
+REGRESS = "tensorflow/serving/regress"
+WARMUP_MODEL_NAME = "warm"  # what the records' model_spec says; warmup ignores it for routing
+
+
+def _examples(*xs: float) -> input_pb2.Input:
+    examples = input_pb2.Input()
+    for x in xs:
+        examples.example_list.examples.add().features.feature["x"].float_list.value.append(x)
+    return examples
+
+
+def _spec(signature: str) -> model_pb2.ModelSpec:
+    return model_pb2.ModelSpec(name=WARMUP_MODEL_NAME, signature_name=signature)
+
+
+def classify_log(signature: str, *xs: float) -> bytes:
+    request = classification_pb2.ClassificationRequest(
+        model_spec=_spec(signature), input=_examples(*xs)
+    )
+    log = prediction_log_pb2.PredictionLog(
+        classify_log=prediction_log_pb2.ClassifyLog(request=request)
+    )
+    return log.SerializeToString()
+
+
+def regress_log(signature: str, *xs: float) -> bytes:
+    request = regression_pb2.RegressionRequest(model_spec=_spec(signature), input=_examples(*xs))
+    log = prediction_log_pb2.PredictionLog(
+        regress_log=prediction_log_pb2.RegressLog(request=request)
+    )
+    return log.SerializeToString()
+
+
+def multi_inference_log(tasks: Sequence[tuple[str, str]], *xs: float) -> bytes:
+    request = inference_pb2.MultiInferenceRequest(input=_examples(*xs))
+    for signature, method in tasks:
+        request.tasks.add(model_spec=_spec(signature), method_name=method)
+    log = prediction_log_pb2.PredictionLog(
+        multi_inference_log=prediction_log_pb2.MultiInferenceLog(request=request)
+    )
+    return log.SerializeToString()
+
+
+def _classify_signature(method_name: str) -> SignatureDef:
+    signature = SignatureDef(method_name=method_name)
+    signature.inputs["inputs"].name = "tf_example:0"
+    signature.outputs["scores"].name = "scores:0"
+    return signature
+
+
+def test_example_records_run_like_their_requests(tmp_path: Path) -> None:
+    """classify/regress/multi_inference records are checked, fed and fetched as TF Serving's
+    RunClassify / RunRegress / RunMultiInference do (no "Missing ModelSpec": none is needed)."""
+    signatures = {"serving_default": _classify_signature(CLASSIFY)}
+    bare = prediction_log_pb2.PredictionLog(
+        classify_log=prediction_log_pb2.ClassifyLog(
+            request=classification_pb2.ClassificationRequest(input=_examples(1.0, 2.0))
+        )
+    ).SerializeToString()
+    write_warmup(tmp_path, [bare, multi_inference_log([("", CLASSIFY)], 3.0)])
+    servable = RecordingServable(signatures)
+    assert warmup.run_saved_model_warmup(servable, str(tmp_path)) == 2
+    assert servable.runs == [(("tf_example:0",), ("scores:0",))] * 2
+
+
+def test_example_records_honour_the_method_name_check(tmp_path: Path) -> None:
+    """--enable_signature_method_name_check applies to replayed records as to requests."""
+    write_warmup(tmp_path, [classify_log("c", 1.0)])
+    servable = RecordingServable({"c": _classify_signature("tensorflow/serving/predict")})
+    assert warmup.run_saved_model_warmup(servable, str(tmp_path)) == 1  # layout suffices
+    with pytest.raises(ServingError) as info:
+        warmup.run_saved_model_warmup(servable, str(tmp_path), method_name_check=True)
+    assert (info.value.code, info.value.message) == (
+        Code.INVALID_ARGUMENT,
+        "Expected classification signature method_name to be tensorflow/serving/classify. "
+        "Was: tensorflow/serving/predict",
+    )
+
+
+@pytest.fixture(scope="module")
+def testdata(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """TF Serving's half_plus_two (:mod:`tf_serving_testdata`), exported once."""
+    return export_testdata(tmp_path_factory.mktemp("testdata"))
+
+
+def _half_plus_two(testdata: Path, destination: Path, records: Sequence[bytes]) -> Path:
+    """A copy of half_plus_two/123 with ``records`` as its warmup file."""
+    export_dir = destination / "123"
+    shutil.copytree(testdata / "half_plus_two" / "123", export_dir)
+    write_warmup(export_dir, records)
+    return export_dir
+
+
+#: One record of each replayable log type, for half_plus_two's signatures.
+EVERY_LOG_TYPE = (
+    classify_log("classify_x_to_y", 2.0),
+    regress_log("regress_x_to_y", 2.0, 4.0),
+    predict_log([[1.0], [2.0]]),  # serving_default: x [batch, 1] -> y
+    multi_inference_log(
+        [("regress_x_to_y", REGRESS), ("classify_x_to_y", CLASSIFY)], 1.0, 2.0, 3.0
+    ),
+)
+
+
+def _samples(metrics: ServingMetrics) -> dict[str, str]:
+    lines = metrics.render().decode().splitlines()
+    return dict(line.rsplit(" ", 1) for line in lines if not line.startswith("#"))
+
+
+def test_every_replayable_log_type_runs_on_the_loaded_session_with_its_metrics(
+    testdata: Path, tmp_path: Path
+) -> None:
+    from serving.servable import Servable
+
+    export_dir = _half_plus_two(testdata, tmp_path / "half_plus_two", EVERY_LOG_TYPE)
+    metrics = ServingMetrics()
+    options = ModelWarmupOptions(num_request_iterations=2)
+    servable = warmup.load_with_warmup(
+        Servable.load, str(export_dir), options=options, metrics=metrics
+    )
+    servable.close()
+    samples = _samples(metrics)
+    # Each record ran twice, recording what its API records in TF Serving, under the record's
+    # model name: runtime_latency for Predict/Classify/Regress, example counts for MultiInference.
+    runtime = ":tensorflow:serving:runtime_latency_count"
+    for model, api in (
+        (WARMUP_MODEL_NAME, "Classify"),
+        (WARMUP_MODEL_NAME, "Regress"),
+        ("any name: warmup ignores it", "Predict"),  # predict_log's model_spec
+    ):
+        assert samples[f'{runtime}{{model_name="{model}",API="{api}",runtime="TF1"}}'] == "2"
+    examples = f'{{model="{WARMUP_MODEL_NAME}"}}'
+    assert samples[f":tensorflow:serving:request_example_count_total{examples}"] == "6"
+    assert samples[f":tensorflow:serving:request_example_counts_count{examples}"] == "2"
+    warmup_latency = ":tensorflow:serving:model_warmup_latency_count"
+    assert samples[f'{warmup_latency}{{model_path="{export_dir}",status="OK"}}'] == "1"
+
+
+@pytest.mark.parametrize(
+    ("record", "code", "message"),
+    [
+        (
+            classify_log("nope", 1.0),
+            Code.INVALID_ARGUMENT,
+            "No signature was found with the name: nope",
+        ),
+        (regress_log("regress_x_to_y"), Code.INVALID_ARGUMENT, "Input is empty."),
+        (
+            multi_inference_log([("regress_x_to_y", REGRESS)] * 2, 1.0),
+            Code.INVALID_ARGUMENT,
+            "Duplicate evaluation of signature: regress_x_to_y",
+        ),
+        (
+            multi_inference_log([("regress_x_to_y", "tensorflow/serving/predict")], 1.0),
+            Code.UNIMPLEMENTED,
+            "Unsupported signature method_name: tensorflow/serving/predict",
+        ),
+        (
+            predict_log([[1.0]], "nope"),
+            Code.FAILED_PRECONDITION,
+            'Serving signature key "nope" not found.',
+        ),
+    ],
+)
+def test_a_failing_record_fails_the_load_with_its_requests_error(
+    testdata: Path, tmp_path: Path, record: bytes, code: Code, message: str
+) -> None:
+    from serving.servable import Servable
+
+    export_dir = _half_plus_two(testdata, tmp_path / "half_plus_two", [EVERY_LOG_TYPE[0], record])
+    metrics = ServingMetrics()
+    with pytest.raises(ServingError) as info:
+        warmup.load_with_warmup(Servable.load, str(export_dir), metrics=metrics)
+    assert (info.value.code, info.value.message) == (code, message)
+    # TF Serving returns before recording model_warmup_latency when a request fails.
+    assert not any("model_warmup_latency_count" in key for key in _samples(metrics))
+
+
+def test_a_reader_error_is_recorded_with_its_status(tmp_path: Path) -> None:
+    path = Path(warmup.warmup_file_path(str(tmp_path)))
+    path.parent.mkdir()
+    path.write_bytes(b"\x00" * 64)
+    metrics = ServingMetrics()
+    with pytest.raises(ServingError) as info:
+        warmup.run_saved_model_warmup(RecordingServable(), str(tmp_path), metrics=metrics)
+    assert info.value.code is Code.DATA_LOSS
+    key = (
+        f':tensorflow:serving:model_warmup_latency_count{{model_path="{tmp_path}",'
+        'status="DATA_LOSS: corrupted record at 0 (Is this even a TFRecord file?)"}'
+    )
+    assert _samples(metrics)[key] == "1"
 
 
 # ---- real SavedModels --------------------------------------------------------------------------
@@ -230,7 +473,8 @@ def test_warmup_runs_on_the_loaded_session(tmp_path: Path) -> None:
     from serving.servable import Servable
 
     export_dir = export_counter(tmp_path / "counter" / "1", [predict_log([1.0])] * 3)
-    servable = warmup.load_with_warmup(Servable.load, str(export_dir), num_request_iterations=2)
+    options = ModelWarmupOptions(num_request_iterations=2)
+    servable = warmup.load_with_warmup(Servable.load, str(export_dir), options=options)
     try:
         _, outputs = servable.run("", {"x": np.asarray([5.0, 6.0], np.float32)})
         assert outputs["count"].tolist() == [7, 7]  # 3 records x 2 iterations, then this run
@@ -261,12 +505,14 @@ def test_fraud_export_warms_up(caplog: pytest.LogCaptureFixture) -> None:
 
 
 @pytest.fixture(scope="module")
-def warmup_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def warmup_models(testdata: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("warmup_models")
     export_counter(root / "counter" / "1", [predict_log([1.0]), predict_log([2.0, 3.0])] * 2)
     corrupt = export_counter(root / "corrupt" / "1")
     Path(warmup.warmup_file_path(str(corrupt))).parent.mkdir()
     Path(warmup.warmup_file_path(str(corrupt))).write_bytes(b"\x00" * 64)
+    _half_plus_two(testdata, root / "half_plus_two", EVERY_LOG_TYPE)
+    _half_plus_two(testdata, root / "bad_classify", [classify_log("nope", 1.0)])
     return root
 
 
@@ -282,9 +528,13 @@ def server(
             ("counter", warmup_models / "counter"),
             ("corrupt", warmup_models / "corrupt"),
             ("fraud", REPO_ROOT / "models" / "fraud"),
+            ("half_plus_two", warmup_models / "half_plus_two"),
+            ("bad_classify", warmup_models / "bad_classify"),
         ]
     )
     config.write_text(f"model_config_list {{ {entries}}}")
+    monitoring = workdir / "monitoring.config"
+    monitoring.write_text('prometheus_config { enable: true path: "/metrics" }')
     port = free_port()
     log = workdir / "server.log"
     with log.open("wb") as sink:
@@ -297,6 +547,7 @@ def server(
                 f"--rest_api_port={port}",
                 "--rest_api_host=127.0.0.1",
                 f"--model_config_file={config}",
+                f"--monitoring_config_file={monitoring}",
                 "--num_request_iterations_for_warmup=2",
                 "--max_num_load_retries=0",
                 "--tensorflow_intra_op_parallelism=1",
@@ -310,7 +561,13 @@ def server(
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10.0) as client:
             deadline = time.monotonic() + READY_DEADLINE_S
-            wanted = {"counter": "AVAILABLE", "corrupt": "END", "fraud": "AVAILABLE"}
+            wanted = {
+                "counter": "AVAILABLE",
+                "corrupt": "END",
+                "fraud": "AVAILABLE",
+                "half_plus_two": "AVAILABLE",
+                "bad_classify": "END",
+            }
             while wanted and time.monotonic() < deadline:
                 assert process.poll() is None, log.read_text()
                 for name, state in list(wanted.items()):
@@ -364,3 +621,45 @@ def test_server_bad_warmup_file_fails_only_that_model(server: tuple[httpx.Client
     )
     response = client.post("/v1/models/fraud:predict", json={"instances": [[0.0] * 11]})
     assert response.status_code == 200
+
+
+def test_server_replays_every_log_type_before_available(server: tuple[httpx.Client, Path]) -> None:
+    client, log = server
+    body = {"signature_name": "classify_x_to_y", "examples": [{"x": 2.0}]}
+    response = client.post("/v1/models/half_plus_two:classify", json=body)
+    assert response.json() == {"results": [[["", 3.0]]]}
+    assert "Number of warmup records read: 4." in log.read_text()
+    page = client.get("/metrics").text
+    # --num_request_iterations_for_warmup=2: each record ran twice, under its model name.
+    for api in ("Classify", "Regress"):
+        assert (
+            f':tensorflow:serving:runtime_latency_count{{model_name="{WARMUP_MODEL_NAME}",'
+            f'API="{api}",runtime="TF1"}} 2\n' in page
+        )
+    assert (
+        f':tensorflow:serving:request_example_count_total{{model="{WARMUP_MODEL_NAME}"}} 6\n'
+        in page
+    )
+    assert re.search(
+        r'^:tensorflow:serving:model_warmup_latency_count\{model_path="[^"]*/half_plus_two/123",'
+        r'status="OK"\} 1$',
+        page,
+        re.MULTILINE,
+    )
+
+
+def test_server_failing_classify_record_fails_only_that_model(
+    server: tuple[httpx.Client, Path],
+) -> None:
+    client, _ = server
+    status = client.get("/v1/models/bad_classify").json()["model_version_status"]
+    assert status == [
+        {
+            "version": "123",
+            "state": "END",
+            "status": {
+                "error_code": "INVALID_ARGUMENT",
+                "error_message": "No signature was found with the name: nope",
+            },
+        }
+    ]
