@@ -5,7 +5,8 @@
 # make protos - regenerate the API's TF Serving protos (api/protos/*_pb2*.py) from their .proto files
 # make bench - naive vs tuned in-process vs split vs ceiling, quick plan (< 5 min on 2 cores; needs wrk)
 # make bench-full - the same benchmark, full plan (longer runs, more offered loads)
-# make bench-serving - the serving tier alone: REST/gRPC, batching off/on, 1/2 cores (~6 min; needs wrk)
+# make bench-serving - the serving tier alone: REST/gRPC, batching off/on, 1/2 cores (~6 min; needs wrk,
+#                      and h2load for gRPC: apt-get install nghttp2-client, else a slower Python generator)
 
 VENV ?= .venv
 PY := $(VENV)/bin/python
