@@ -4,7 +4,7 @@
     gunicorn -c gunicorn.conf.py 'api.app:create_app()'
 
 Nothing happens at import time: settings are read inside `create_app`, and the
-serving client (httpx pool or gRPC channels, `api.serving_client.open_serving_client`)
+serving client (HTTP/1.1 connection pools or gRPC channels, `api.serving_client.open_serving_client`)
 is created in the lifespan, i.e. in each worker after fork, inside its event loop.
 """
 

@@ -4,7 +4,7 @@ Every request gets a budget (`REQUEST_TIMEOUT_S`); a caller may lower it, never 
 it, with the `X-Request-Timeout-Ms` header. The deadline is fixed when the request
 arrives, so receiving the body, validation and feature extraction spend from the same
 budget as the call to serving, whose timeout is whatever is left (the gRPC deadline or
-the httpx timeout, see `api.serving_client`). A request whose budget runs out is
+the REST call's timeout, see `api.serving_client`). A request whose budget runs out is
 answered 504 (`DeadlineExceeded`) instead of waiting on.
 
 All times are `time.monotonic()` seconds: wall-clock jumps (NTP) must not shorten or

@@ -9,7 +9,8 @@ another one within the request's deadline; `open_serving_client` builds the whol
 stack from settings in the app's lifespan.
 
 Every failure leaves this package as a `ServingError` subclass with a canonical
-`Code`; httpx and grpc exceptions never do (see `_errors` for the table).
+`Code`; exceptions of the HTTP/1.1 client (`_http1`) and of grpc never do (see
+`_errors` for the table).
 """
 
 from api.serving_client._errors import (

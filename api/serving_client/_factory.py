@@ -15,8 +15,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
-import httpx
-
+from api.serving_client._http1 import Http1Client
 from api.serving_client._replicas import ReplicatedClient
 from api.serving_client._types import ServingClient
 
@@ -24,22 +23,18 @@ if TYPE_CHECKING:
     from api.settings import Settings
 
 
-def http_client(settings: Settings) -> httpx.AsyncClient:
-    """The worker's one `httpx.AsyncClient` towards serving's REST replicas.
+def http_client(settings: Settings) -> Http1Client:
+    """The worker's one `Http1Client` towards serving's REST replicas.
 
-    The pool holds at most `serving_pool_size` connections (the in-flight limit
-    unless set), all kept alive, and drops an idle one after
+    It keeps one connection pool per replica (origin). Each holds at most
+    `serving_pool_size` connections (the in-flight limit unless set: every request in
+    flight may hold one), all kept alive, and drops an idle one after
     `serving_keepalive_expiry_s`, below serving's own idle timeout (uvicorn's default
     is 5 s), so a request rarely picks a connection serving is closing.
     """
-    size = settings.serving_pool_size
-    return httpx.AsyncClient(
-        timeout=httpx.Timeout(settings.serving_timeout_s, connect=settings.serving_connect_timeout_s),
-        limits=httpx.Limits(
-            max_connections=size,
-            max_keepalive_connections=size,
-            keepalive_expiry=settings.serving_keepalive_expiry_s,
-        ),
+    return Http1Client(
+        max_connections=settings.serving_pool_size,
+        keepalive_expiry_s=settings.serving_keepalive_expiry_s,
     )
 
 
@@ -54,7 +49,7 @@ async def open_serving_client(settings: Settings) -> AsyncIterator[ServingClient
     """
     from api.coalescing import CoalescingClient  # coalescing wraps the client, not vice versa
 
-    http: httpx.AsyncClient | None = None
+    http: Http1Client | None = None
     replicas: list[ServingClient]
     if settings.serving_protocol == "grpc":
         from api.serving_client._grpc import GrpcTransport  # grpc only loaded when used

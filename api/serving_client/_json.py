@@ -5,7 +5,7 @@ lists}}`, whose answer is `{"outputs": {name: nested lists}}`, or `{"outputs": n
 lists}` when the signature has a single output (kept under the name ""). TF Serving
 writes non-finite floats as the bare tokens `NaN`, `Infinity` and `-Infinity`, which
 strict JSON parsers (orjson) reject: `loads` falls back to the standard library's
-parser for those bodies. Pure: no I/O, no httpx import.
+parser for those bodies. Pure: no I/O, no HTTP client import.
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
-"""One serving replica over TF Serving's REST API (port 8501), through a shared httpx client.
+"""One serving replica over TF Serving's REST API (port 8501), through the worker's HTTP/1.1 pools.
 
-The `httpx.AsyncClient` is shared by all REST replicas of a worker and owned by
-`open_serving_client`; its pool is sized to the worker's in-flight limit and its idle
-connections expire before serving's own keep-alive timeout closes them (see
-`_factory.http_client`). Each call's timeout is what is left of the request's
-`Deadline`, capped by `call_timeout_s`, and bounds the whole exchange, not only each
-read. httpx exceptions are translated here, in `_TRANSPORT_ERRORS`, and never leave.
+The `Http1Client` (`_http1`) is shared by all REST replicas of a worker and owned by
+`open_serving_client`; it keeps one connection pool per replica, each sized to the
+worker's in-flight limit, whose idle connections expire before serving's own keep-alive
+timeout closes them (see `_factory.http_client`). Each call's timeout is what is left
+of the request's `Deadline`, capped by `call_timeout_s`, and bounds the whole exchange,
+not only each read. Transport exceptions are translated here, in `_TRANSPORT_ERRORS`,
+and never leave.
 """
 
 from __future__ import annotations
@@ -13,8 +14,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 from urllib.parse import quote
-
-import httpx
 
 from api.deadlines import Deadline
 from api.request_context import outgoing_headers
@@ -27,37 +26,52 @@ from api.serving_client._errors import (
     code_for_http_status,
     error_for_code,
 )
+from api.serving_client._http1 import (
+    ConnectError,
+    ConnectTimeout,
+    Http1Client,
+    Http1Error,
+    PoolTimeout,
+    ReadError,
+    RemoteProtocolError,
+    ServerDisconnected,
+    WriteError,
+)
 from api.serving_client._types import ModelStatus, PredictRequest, PredictResponse
 
-# httpx failure -> (error class, replica_down, what happened). First match wins, so
+# Transport failure -> (error class, replica_down, what happened). First match wins, so
 # subclasses come before their bases. A connect failure marks the replica down (skip it
 # for a while); a connection that died under a request does not: it is usually a pooled
-# connection serving closed while idle, and the retry goes out on a fresh one.
+# connection serving closed while idle, which `_call` retries once on a fresh one.
 _TRANSPORT_ERRORS: tuple[tuple[type[Exception], type[ServingError], bool, str], ...] = (
-    (httpx.ConnectTimeout, ServingUnavailable, True, "connect timed out"),
-    (httpx.PoolTimeout, ServingTimeout, False, "no free connection to serving in time"),
-    (httpx.TimeoutException, ServingTimeout, False, "no answer in time"),
-    (httpx.ConnectError, ServingUnavailable, True, "connection refused or unreachable"),
-    (httpx.RemoteProtocolError, ServingUnavailable, False, "connection closed by serving"),
-    (httpx.ReadError, ServingUnavailable, False, "connection lost while reading"),
-    (httpx.WriteError, ServingUnavailable, False, "connection lost while writing"),
-    (httpx.TransportError, ServingUnavailable, False, "transport error"),
+    (ConnectTimeout, ServingUnavailable, True, "connect timed out"),
+    (PoolTimeout, ServingTimeout, False, "no free connection to serving in time"),
+    (ConnectError, ServingUnavailable, True, "connection refused or unreachable"),
+    (ServerDisconnected, ServingUnavailable, False, "connection closed by serving"),
+    (ReadError, ServingUnavailable, False, "connection lost while reading"),
+    (WriteError, ServingUnavailable, False, "connection lost while writing"),
+    (RemoteProtocolError, ServingUnavailable, False, "serving sent invalid HTTP"),
+    (Http1Error, ServingUnavailable, False, "transport error"),
 )
+
+# The body of every REST call we send (TF Serving's JSON API).
+_JSON = "application/json"
 
 
 def translate_transport_error(exc: Exception, target: str) -> ServingError:
-    """The `ServingError` for an httpx exception (table `_TRANSPORT_ERRORS`)."""
-    for httpx_cls, cls, replica_down, what in _TRANSPORT_ERRORS:
-        if isinstance(exc, httpx_cls):
+    """The `ServingError` for an `_http1` exception (table `_TRANSPORT_ERRORS`)."""
+    for transport_cls, cls, replica_down, what in _TRANSPORT_ERRORS:
+        if isinstance(exc, transport_cls):
             return cls(f"{what} ({type(exc).__name__})", replica_down=replica_down, target=target)
-    raise TypeError(f"not an httpx transport error: {exc!r}")
+    raise TypeError(f"not a transport error: {exc!r}")
 
 
 class RestTransport:
     """TF Serving REST client for one replica (`ServingClient`).
 
     Args:
-        http: the worker's shared client (no base_url needed).
+        http: the worker's shared `Http1Client`; the replica's pool is taken from it
+            once, here.
         base_url: the replica, e.g. "http://serving-1:8501".
         call_timeout_s: upper bound of one call, seconds; the request's deadline
             usually ends it sooner.
@@ -66,14 +80,14 @@ class RestTransport:
 
     def __init__(
         self,
-        http: httpx.AsyncClient,
+        http: Http1Client,
         base_url: str,
         *,
         call_timeout_s: float,
         connect_timeout_s: float,
     ) -> None:
-        self._http = http
         self.target = base_url.rstrip("/")
+        self._pool = http.pool(self.target)
         self._call_timeout_s = call_timeout_s
         self._connect_timeout_s = connect_timeout_s
 
@@ -107,35 +121,47 @@ class RestTransport:
             raise
 
     async def aclose(self) -> None:
-        """Nothing to release: the shared httpx client is closed by its owner."""
+        """Nothing to release: the shared `Http1Client` is closed by its owner."""
 
     async def _call(self, method: str, path: str, deadline: Deadline, body: bytes | None = None) -> Any:
         """Send one request within the deadline; the parsed JSON body of a 2xx answer."""
         budget = min(deadline.remaining(), self._call_timeout_s)
         if budget <= 0:
             raise ServingTimeout("request deadline passed before the call", target=self.target)
-        timeout = httpx.Timeout(budget, connect=min(budget, self._connect_timeout_s))
+        connect_timeout = min(budget, self._connect_timeout_s)
         headers = outgoing_headers()
-        if body is not None:
-            headers["content-type"] = "application/json"
+        content_type = _JSON if body is not None else None
+        pool = self._pool
         try:
-            # httpx's timeouts bound each connect/read/write; asyncio.timeout bounds the
-            # whole exchange, so a slow trickle of bytes cannot outlive the deadline.
+            # The pool bounds waiting for a connection and connecting; asyncio.timeout
+            # bounds the whole exchange, so a slow trickle of bytes cannot outlive the
+            # deadline (a cancelled exchange closes its connection).
             async with asyncio.timeout(budget):
-                response = await self._http.request(
-                    method, self.target + path, content=body, headers=headers, timeout=timeout
-                )
+                try:
+                    response = await pool.request(
+                        method, path, headers=headers, body=body, content_type=content_type,
+                        timeout=budget, connect_timeout=connect_timeout,
+                    )  # fmt: skip
+                except Http1Error as exc:
+                    if not exc.stale:
+                        raise
+                    # A kept-alive connection serving closed just as we reused it: no
+                    # answer started, and both calls are idempotent, so send it again
+                    # once, on a new connection, within the same deadline.
+                    response = await pool.request(
+                        method, path, headers=headers, body=body, content_type=content_type,
+                        timeout=budget, connect_timeout=connect_timeout, fresh=True,
+                    )  # fmt: skip
         except TimeoutError:
             raise ServingTimeout("no answer within the request deadline", target=self.target) from None
-        except httpx.TransportError as exc:
+        except Http1Error as exc:
             raise translate_transport_error(exc, self.target) from exc
-        status = response.status_code
+        status = response.status
         if status < 300:
             try:
-                return _json.loads(response.content)
+                return _json.loads(response.body)
             except ValueError as exc:
                 raise ServingBadResponse("serving sent a body that is not JSON", target=self.target) from exc
-        message = _json.error_message(response.content, response.reason_phrase)
+        message = _json.error_message(response.body, response.reason)
         code = code_for_http_status(status, message)
         raise error_for_code(code, message, status_code=status, target=self.target) from None
-

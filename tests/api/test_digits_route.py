@@ -1,5 +1,6 @@
 """`POST /v1/digits/classify` in process: upload limits and input errors, and the
-classifier's contract with serving through httpx's `MockTransport` (the production seam).
+classifier's contract with serving through the REST client's `MockClient` (the production
+seam).
 
 The route tests point the app at a port where nothing listens: every case here is
 answered before serving would be called (serving itself is covered end to end in
@@ -8,6 +9,7 @@ tests/test_digits_end_to_end.py).
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -29,6 +31,7 @@ from api.serving_client import (
     ServingBadResponse,
     ServingNotFound,
 )
+from api.serving_client._http1 import MockClient, Request, Response
 from api.settings import Settings
 from models.digits_data import encode, load_split, render
 from tests.support import REPO
@@ -160,7 +163,12 @@ def test_openapi_documents_the_upload(client: TestClient) -> None:
     assert {"200", "413", "422", "503"} <= set(op["responses"])
 
 
-# --- DigitClassifier against a fake TF Serving REST API (httpx.MockTransport) -------
+# --- DigitClassifier against a fake TF Serving REST API (MockClient) -----------------
+
+
+def json_response(status: int, body: object) -> Response:
+    content = orjson.dumps(body)
+    return Response(status, "", {"content-type": "application/json"}, content)
 
 
 class FakeServing:
@@ -174,12 +182,12 @@ class FakeServing:
         self.missing = missing
         self.predicts: list[tuple[str, dict]] = []
 
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        path = request.url.path
+    def __call__(self, request: Request) -> Response:
+        path = request.path
         if request.method == "GET" and path == "/v1/models/digits":
-            return httpx.Response(
+            return json_response(
                 200,
-                json={
+                {
                     "model_version_status": [
                         {"version": str(v), "state": "AVAILABLE", "status": {"error_code": "OK"}}
                         for v in self.versions
@@ -187,20 +195,21 @@ class FakeServing:
                 },
             )
         if request.method == "POST" and path.endswith(":predict"):
-            body = orjson.loads(request.content)
+            body = orjson.loads(request.body)
             self.predicts.append((path, body))
             version = int(path.split("/versions/")[1].split(":")[0])
             if version in self.missing:
-                return httpx.Response(404, json={"error": f"Servable not found: version {version}"})
-            return httpx.Response(200, json={"outputs": self.outputs})
-        return httpx.Response(404, json={"error": "no such path"})
+                return json_response(404, {"error": f"Servable not found: version {version}"})
+            return json_response(200, {"outputs": self.outputs})
+        return json_response(404, {"error": "no such path"})
 
 
 GRID = [[[float(r + c)] for c in range(8)] for r in range(8)]
 
 
 async def classify_with(fake: FakeServing, n_images: int = 1) -> Classes:
-    async with httpx.AsyncClient(transport=httpx.MockTransport(fake)) as http:
+    http = MockClient(fake)
+    async with contextlib.aclosing(http):
         transport = RestTransport(
             http, "http://serving:8501", call_timeout_s=2.0, connect_timeout_s=0.5
         )

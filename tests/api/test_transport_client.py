@@ -1,7 +1,8 @@
 """The serving client's codecs, error tables, REST transport, replicas and retries.
 
-The REST transport is driven through httpx's `MockTransport` and, for connection
-handling, a real asyncio server on loopback; replicas and retries through fake
+The REST transport is driven through its HTTP/1.1 client's `MockClient` (the
+transport's own seam) and, for connection handling, a real asyncio server on loopback
+(the pool itself is tested in test_http1_pool.py); replicas and retries through fake
 `ServingClient`s (the client's own seam). No mocking library.
 """
 
@@ -11,7 +12,6 @@ import asyncio
 import math
 from collections.abc import Callable
 
-import httpx
 import orjson
 import pytest
 
@@ -37,6 +37,19 @@ from api.serving_client import (
     Tensor,
 )
 from api.serving_client._errors import code_for_http_status, error_for_code, is_retryable
+from api.serving_client._http1 import (
+    ConnectError,
+    ConnectTimeout,
+    Http1Client,
+    MockClient,
+    PoolTimeout,
+    ReadError,
+    RemoteProtocolError,
+    Request,
+    Response,
+    ServerDisconnected,
+    WriteError,
+)
 from api.serving_client._json import loads, predict_body, predict_path, tensor_from_json
 
 pytestmark = pytest.mark.anyio
@@ -124,26 +137,36 @@ def test_only_unavailable_is_retried_and_messages_are_bounded() -> None:
     assert len(ServingRejected("x" * 10_000).message) == 500
 
 
-# --- the REST transport, through MockTransport -------------------------------------------
+# --- the REST transport, through MockClient -----------------------------------------------
 
 
-def rest(handler: Callable[[httpx.Request], httpx.Response]) -> tuple[RestTransport, httpx.AsyncClient]:
-    http = httpx.AsyncClient(transport=httpx.MockTransport(handler))
-    return RestTransport(http, "http://serving:8501/", call_timeout_s=5, connect_timeout_s=1), http
+def answer(status: int, *, json: object = None, text: str | None = None, content: bytes = b"") -> Response:
+    """A response as serving would send it."""
+    if json is not None:
+        content = orjson.dumps(json)
+    elif text is not None:
+        content = text.encode()
+    return Response(status, "", {"content-length": str(len(content))}, content)
+
+
+def rest(handler: Callable[[Request], Response]) -> RestTransport:
+    return RestTransport(MockClient(handler), "http://serving:8501/", call_timeout_s=5, connect_timeout_s=1)
 
 
 async def test_rest_predict_round_trip() -> None:
-    seen: list[httpx.Request] = []
+    seen: list[Request] = []
 
-    def handler(request: httpx.Request) -> httpx.Response:
+    def handler(request: Request) -> Response:
         seen.append(request)
-        return httpx.Response(200, content=b'{"outputs": [[0.25], [NaN]]}')
+        return answer(200, content=b'{"outputs": [[0.25], [NaN]]}')
 
-    transport, http = rest(handler)
-    async with http:
-        response = await transport.predict(REQUEST, Deadline.after(5))
-    assert str(seen[0].url) == "http://serving:8501/v1/models/fraud/versions/2:predict"
+    transport = rest(handler)
+    response = await transport.predict(REQUEST, Deadline.after(5))
+    assert seen[0].url == "http://serving:8501/v1/models/fraud/versions/2:predict"
+    assert seen[0].method == "POST" and seen[0].headers["host"] == "serving:8501"
     assert seen[0].headers["content-type"] == "application/json"
+    assert seen[0].headers["content-length"] == str(len(seen[0].body))
+    assert orjson.loads(seen[0].body)["inputs"] == {"features": [[1.0, 2.0], [3.0, 4.5]]}
     tensor = response.outputs[""]
     assert tensor.shape == (2, 1) and tensor.values[0] == 0.25 and math.isnan(tensor.values[1])
     assert response.model_version is None  # REST does not say
@@ -151,28 +174,26 @@ async def test_rest_predict_round_trip() -> None:
 
 async def test_rest_named_outputs_are_filtered() -> None:
     body = {"outputs": {"a": [1, 2], "b": [[3], [4]]}}
-    transport, http = rest(lambda r: httpx.Response(200, json=body))
+    transport = rest(lambda r: answer(200, json=body))
     request = PredictRequest(REQUEST.model_spec, REQUEST.inputs, output_filter=("b",))
-    async with http:
-        response = await transport.predict(request, Deadline.after(5))
+    response = await transport.predict(request, Deadline.after(5))
     assert set(response.outputs) == {"b"} and response.outputs["b"].values == [3, 4]
 
 
 @pytest.mark.parametrize(
-    ("answer", "cls"),
+    ("response", "cls"),
     [
-        (httpx.Response(404, json={"error": "Servable not found for request: Specific(fraud, 2)"}), ServingNotFound),
-        (httpx.Response(400, json={"error": "Expects arg[0] to be float"}), ServingRejected),
-        (httpx.Response(503, text="<html>proxy</html>"), ServingUnavailable),
-        (httpx.Response(200, text="not json"), ServingBadResponse),
-        (httpx.Response(200, json={"predictions": []}), ServingBadResponse),
+        (answer(404, json={"error": "Servable not found for request: Specific(fraud, 2)"}), ServingNotFound),
+        (answer(400, json={"error": "Expects arg[0] to be float"}), ServingRejected),
+        (answer(503, text="<html>proxy</html>"), ServingUnavailable),
+        (answer(200, text="not json"), ServingBadResponse),
+        (answer(200, json={"predictions": []}), ServingBadResponse),
     ],
 )
-async def test_rest_failures_are_serving_errors(answer: httpx.Response, cls: type) -> None:
-    transport, http = rest(lambda r: answer)
-    async with http:
-        with pytest.raises(cls) as caught:
-            await transport.predict(REQUEST, Deadline.after(5))
+async def test_rest_failures_are_serving_errors(response: Response, cls: type) -> None:
+    transport = rest(lambda r: response)
+    with pytest.raises(cls) as caught:
+        await transport.predict(REQUEST, Deadline.after(5))
     assert caught.value.target == "http://serving:8501"
     assert "serving:8501" not in caught.value.message  # callers never see the topology
 
@@ -180,32 +201,67 @@ async def test_rest_failures_are_serving_errors(answer: httpx.Response, cls: typ
 @pytest.mark.parametrize(
     ("exc", "cls", "down"),
     [
-        (httpx.ConnectError("refused"), ServingUnavailable, True),
-        (httpx.ConnectTimeout("slow connect"), ServingUnavailable, True),
-        (httpx.RemoteProtocolError("Server disconnected without sending a response."), ServingUnavailable, False),
-        (httpx.ReadError("reset"), ServingUnavailable, False),
-        (httpx.ReadTimeout("slow"), ServingTimeout, False),
-        (httpx.PoolTimeout("busy"), ServingTimeout, False),
+        (ConnectError("refused"), ServingUnavailable, True),
+        (ConnectTimeout("slow connect"), ServingUnavailable, True),
+        (ServerDisconnected("server disconnected without sending a response"), ServingUnavailable, False),
+        (ReadError("reset"), ServingUnavailable, False),
+        (WriteError("broken pipe"), ServingUnavailable, False),
+        (RemoteProtocolError("invalid HTTP response"), ServingUnavailable, False),
+        (PoolTimeout("busy"), ServingTimeout, False),
     ],
 )
 async def test_rest_transport_errors_are_translated(exc: Exception, cls: type, down: bool) -> None:
-    def handler(request: httpx.Request) -> httpx.Response:
+    def handler(request: Request) -> Response:
         raise exc
 
-    transport, http = rest(handler)
-    async with http:
-        with pytest.raises(cls) as caught:
-            await transport.predict(REQUEST, Deadline.after(5))
+    transport = rest(handler)
+    with pytest.raises(cls) as caught:
+        await transport.predict(REQUEST, Deadline.after(5))
     assert caught.value.replica_down is down
-    assert not isinstance(caught.value.__cause__, type(None))
+    assert caught.value.__cause__ is exc
+    assert type(exc).__name__ in caught.value.message
+
+
+async def test_rest_stale_failure_is_sent_again_once_and_only_once() -> None:
+    calls = 0
+
+    def handler(request: Request) -> Response:
+        nonlocal calls
+        calls += 1
+        raise ServerDisconnected("server disconnected without sending a response", stale=True)
+
+    transport = rest(handler)
+    with pytest.raises(ServingUnavailable):
+        await transport.predict(REQUEST, Deadline.after(5))
+    assert calls == 2
+
+
+async def test_rest_a_slow_answer_is_cut_at_the_deadline() -> None:
+    server_gate = asyncio.Event()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n{")  # then nothing more
+        await writer.drain()
+        await server_gate.wait()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    http = Http1Client(max_connections=2, keepalive_expiry_s=5)
+    async with server:
+        transport = RestTransport(http, f"http://127.0.0.1:{port}", call_timeout_s=5, connect_timeout_s=1)
+        with pytest.raises(ServingTimeout, match="within the request deadline"):
+            await transport.predict(REQUEST, Deadline.after(0.3))
+        server_gate.set()
+        await http.aclose()
 
 
 async def test_rest_call_past_its_deadline_is_not_sent() -> None:
-    sent: list[httpx.Request] = []
-    transport, http = rest(lambda r: sent.append(r) or httpx.Response(200, json={"outputs": [[1]]}))
-    async with http:
-        with pytest.raises(ServingTimeout):
-            await transport.predict(REQUEST, Deadline.after(-0.001))
+    sent: list[Request] = []
+    transport = rest(lambda r: sent.append(r) or answer(200, json={"outputs": [[1]]}))
+    with pytest.raises(ServingTimeout):
+        await transport.predict(REQUEST, Deadline.after(-0.001))
     assert sent == []
 
 
@@ -216,9 +272,11 @@ async def test_rest_model_status() -> None:
             {"version": "3", "state": "LOADING", "status": {"error_code": "OK", "error_message": ""}},
         ]
     }
-    transport, http = rest(lambda r: httpx.Response(200, json=body))
-    async with http:
-        status = await transport.model_status("fraud", Deadline.after(5))
+    seen: list[Request] = []
+    transport = rest(lambda r: seen.append(r) or answer(200, json=body))
+    status = await transport.model_status("fraud", Deadline.after(5))
+    assert seen[0].method == "GET" and seen[0].url == "http://serving:8501/v1/models/fraud"
+    assert "content-length" not in seen[0].headers and seen[0].body == b""
     assert status.latest_available() == 2 and [v.state for v in status.versions] == ["AVAILABLE", "LOADING"]
 
 
@@ -226,14 +284,20 @@ async def test_a_dead_pooled_connection_is_retried_on_a_fresh_one() -> None:
     """Serving closes a keep-alive connection just as a request goes out on it."""
     connections = 0
     answered = 0
+    closed = 0
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        nonlocal connections, answered
+        nonlocal connections, answered, closed
         connections += 1
         first_connection = connections == 1
         requests_here = 0
         while True:
-            head = await reader.readuntil(b"\r\n\r\n")
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except asyncio.IncompleteReadError:  # the client closed its connection
+                writer.close()
+                closed += 1
+                return
             length = next(
                 (int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")),
                 0,
@@ -242,6 +306,7 @@ async def test_a_dead_pooled_connection_is_retried_on_a_fresh_one() -> None:
             requests_here += 1
             if first_connection and requests_here == 2:
                 writer.close()  # the second request on the pooled connection dies unanswered
+                closed += 1
                 return
             body = b'{"outputs": [[0.5], [0.5]]}'
             writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
@@ -250,11 +315,19 @@ async def test_a_dead_pooled_connection_is_retried_on_a_fresh_one() -> None:
 
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    async with server, httpx.AsyncClient() as http:
+    http = Http1Client(max_connections=4, keepalive_expiry_s=5)
+    async with server:
         transport = RestTransport(http, f"http://127.0.0.1:{port}", call_timeout_s=5, connect_timeout_s=1)
-        client = ReplicatedClient([transport], max_attempts=2)
+        # One attempt only: the transport itself sends a request that died unanswered on
+        # a reused connection again, on a fresh one, without costing a replica attempt.
+        client = ReplicatedClient([transport], max_attempts=1)
         first = await client.predict(REQUEST, Deadline.after(5))
         second = await client.predict(REQUEST, Deadline.after(5))
+        await http.aclose()
+        for _ in range(200):  # let the server see the close before the loop ends
+            if closed == connections:
+                break
+            await asyncio.sleep(0.01)
     assert first.outputs[""].values == second.outputs[""].values == [0.5, 0.5]
     assert (connections, answered) == (2, 2)
 
