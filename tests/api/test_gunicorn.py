@@ -115,6 +115,8 @@ def test_two_workers_share_metrics_stay_small_and_stop_cleanly(
         wait_until(
             lambda: gunicorn.alive() and http_ok(f"{base}/readyz"), 90, "gunicorn to be ready"
         )
+        # /readyz may be answered by the first worker before the master forks the second.
+        wait_until(lambda: len(children(gunicorn.popen.pid)) == WORKERS, 30, "both workers")
         workers = children(gunicorn.popen.pid)
         assert len(workers) == WORKERS, workers
         # The stale file was removed at start, before any worker wrote.

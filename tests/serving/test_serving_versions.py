@@ -546,6 +546,9 @@ def test_reload_config_applies_version_policy_changes(
     add_versions(tmp_path, "m", 1, 2)
     manager = make_manager()
     manager.reload_config(model_config(tmp_path, "m", extra="model_version_policy { all {} }"))
+    # ReloadConfig returns once the latest version is AVAILABLE (TF Serving waits for
+    # ServableRequest::Latest); the older one may still be loading.
+    wait_state(manager, "m", 1, ManagerState.AVAILABLE)
     assert manager.available_versions() == {"m": [2, 1]}
     manager.reload_config(model_config(tmp_path, "m"))  # latest 1
     wait_state(manager, "m", 1, ManagerState.END)
