@@ -115,13 +115,31 @@ def _status_code_name(status: int) -> str:
         return f"http_{status}"
 
 
+_INT64_MIN = -(2**63)
+_UINT64_MAX = 2**64 - 1
+
+
+def _has_surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def bounded(value: Any, limit: int = MAX_ECHO_CHARS) -> Any:
     """`value` as echoed in an error: strings cut to `limit` characters, containers
-    replaced by a short summary once their JSON is longer than `limit`."""
+    replaced by a short summary once their JSON is longer than `limit`. Whatever a JSON body
+    can hold comes back encodable: integers beyond 64 bits as their digits (a string), lone
+    surrogates escaped."""
     if isinstance(value, (bytes, bytearray)):
         value = bytes(value[: limit + 1]).decode("utf-8", "replace")
     if isinstance(value, str):
-        return value if len(value) <= limit else value[:limit] + "…"
+        text = value if len(value) <= limit else value[:limit] + "…"
+        # JSON text allows a lone surrogate (\ud800) but UTF-8 cannot carry it: escape it.
+        return text.encode("utf-8", "backslashreplace").decode("utf-8") if _has_surrogate(text) else text
+    if isinstance(value, int) and not isinstance(value, bool) and not _INT64_MIN <= value <= _UINT64_MAX:
+        return bounded(str(value), limit)  # JSON has no integer limit; orjson stops at 64 bits
     if value is None or isinstance(value, (bool, int, float)):
         return value
     try:

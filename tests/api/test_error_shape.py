@@ -83,6 +83,27 @@ def test_422_bodies_stay_small_however_large_the_request(client: TestClient) -> 
     assert all(len(str(e.get("input", ""))) <= 201 for e in detail)
 
 
+@pytest.mark.parametrize(
+    "replace",
+    [
+        (b'"amount":', b'"amount":100000000000000000000000,"was":'),  # beyond 64 bits
+        (b'"user_history":{', b'"user_history":{"txn_count_24h":-99999999999999999999,"x":'),
+        (b'{', b'{"zz":99999999999999999999999,'),  # in an unknown field
+        (b'"user_id":"', b'"user_id":"\\ud800'),  # a lone surrogate, valid JSON text
+    ],
+)
+def test_inputs_json_allows_but_utf8_or_64_bits_cannot_hold_are_422_not_500(
+    client: TestClient, replace: tuple[bytes, bytes]
+) -> None:
+    import orjson
+
+    raw = orjson.dumps(transactions(1)[0]).replace(*replace, 1)
+    response = client.post(SCORE, content=raw, headers={"content-type": "application/json"})
+    assert response.status_code in (200, 422), response.text
+    if response.status_code == 422:
+        assert_error_shape(response, 422, "validation_error")
+
+
 def test_http_errors_and_bugs_use_the_shape(client: TestClient) -> None:
     assert_error_shape(client.get("/nowhere"), 404, "not_found")
     assert_error_shape(client.get(SCORE), 405, "method_not_allowed")
