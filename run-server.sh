@@ -91,6 +91,8 @@ for name in "${model_names[@]}"; do
 done
 
 export SERVING_URL=${SERVING_URL:-http://${SERVING_HOST}:${REST_API_PORT}}
+# The API's gRPC target follows GRPC_PORT too (used when SERVING_PROTOCOL=grpc).
+export SERVING_GRPC_TARGETS=${SERVING_GRPC_TARGETS:-${SERVING_HOST}:${GRPC_PORT}}
 export API_BIND="${API_HOST}:${API_PORT}"
 (cd "$HERE" && exec "$PYTHON" -m gunicorn -c gunicorn.conf.py 'api.app:create_app()') &
 api_pid=$!
@@ -104,7 +106,12 @@ until "$PYTHON" -c "import sys, urllib.request as u; u.urlopen(sys.argv[1], time
   if (( SECONDS >= deadline + 60 )); then log "API not ready in time"; stop_all; exit 1; fi
   sleep 0.2
 done
-log "API ready on ${api_url} (serving at $SERVING_URL). Try:"
+if [[ "${SERVING_PROTOCOL:-rest}" == "grpc" ]]; then
+  serving_at="gRPC $SERVING_GRPC_TARGETS"
+else
+  serving_at="$SERVING_URL"
+fi
+log "API ready on ${api_url} (serving at ${serving_at}). Try:"
 log "  curl -s -X POST ${api_url}/v1/fraud/score -H 'content-type: application/json' -d @examples/transaction.json"
 
 # Whichever exits first, stop the other.

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.support import REPO, Proc, free_port, http_ok, wait_until
 
@@ -27,9 +28,12 @@ def children_of(pid: int) -> set[int]:
     return found
 
 
-def test_run_server_serves_and_stops_cleanly(tmp_path: Path) -> None:
+@pytest.mark.parametrize("protocol", ["rest", "grpc"])
+def test_run_server_serves_and_stops_cleanly(tmp_path: Path, protocol: str) -> None:
+    # Free (never the default) ports: the API must follow GRPC_PORT / REST_API_PORT.
     api_port, rest_port, grpc_port = free_port(), free_port(), free_port()
     env = {
+        "SERVING_PROTOCOL": protocol,
         "MODELS_DIR": str(REPO / "models"),
         "PYTHON": sys.executable,
         "API_PORT": str(api_port),
@@ -45,6 +49,8 @@ def test_run_server_serves_and_stops_cleanly(tmp_path: Path) -> None:
         wait_until(lambda: "API ready" in proc.log() or not proc.alive(), 180, "run-server ready")
         assert proc.alive(), proc.log()
         assert http_ok(api + "/readyz")
+        serving_at = f"gRPC 127.0.0.1:{grpc_port}" if protocol == "grpc" else f":{rest_port}"
+        assert serving_at in proc.log()
         body = (REPO / "examples" / "transaction.json").read_bytes()
         r = httpx.post(
             api + "/v1/fraud/score", content=body, headers={"content-type": "application/json"}
