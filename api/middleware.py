@@ -28,8 +28,10 @@ import asyncio
 import os
 import re
 import time
-from typing import Final
+from collections.abc import Iterable
+from typing import Any, Final
 
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.logging_config import AccessLog
@@ -56,6 +58,33 @@ def request_id_from(scope: Scope) -> str:
                 return str(value.decode("ascii"))
             break
     return os.urandom(16).hex()  # what uuid4().hex draws, without building a UUID
+
+
+def route_template(scope: Scope) -> str:
+    """The path template of the app route `scope` would reach, or `UNMATCHED_ROUTE`.
+
+    For requests answered before routing (413 by the body limit, 503 when overloaded, 422
+    for a bad timeout header), so they are counted under their route like the others. Only
+    route templates are returned, so a client cannot grow the label's cardinality.
+    """
+    router = getattr(scope.get("app"), "router", None)
+    return _template_in(getattr(router, "routes", ()), scope) or UNMATCHED_ROUTE
+
+
+def _template_in(routes: Iterable[Any], scope: Scope) -> str | None:
+    for route in routes:
+        match, _ = route.matches(scope)
+        if match is Match.NONE:
+            continue
+        path = getattr(route, "path", None)
+        if isinstance(path, str):
+            return path
+        # FastAPI (>= 0.16x) wraps each included router; its routes carry the templates.
+        nested = getattr(getattr(route, "original_router", route), "routes", None)
+        found = _template_in(nested, scope) if nested else None
+        if found is not None:
+            return found
+    return None
 
 
 def server_timing(stages: dict[str, float], total_s: float) -> str:
@@ -128,7 +157,7 @@ class ObservabilityMiddleware:
 
     def _record(self, scope: Scope, ctx: RequestContext, status: int, total: float) -> None:
         metrics = self._metrics
-        route = route_of(scope) or UNMATCHED_ROUTE
+        route = route_of(scope) or route_template(scope)
         method = scope["method"]
         label = method if method in _KNOWN_METHODS else "OTHER"
         metrics.child(metrics.request_duration, label, route, str(status)).observe(total)

@@ -140,6 +140,11 @@ def test_metrics_count_by_route_template_method_and_status(client: TestClient) -
         assert client.get(f"/test/stages/{item}").status_code == 200
     assert client.get("/no/such/path").status_code == 404
     assert client.post("/v1/fraud/score", json={}).status_code == 422
+    # Answered by middleware before routing: still counted under the route it was for.
+    too_big = client.post("/v1/fraud/score", content=b"x" * 70_000, headers={"content-type": "application/json"})
+    assert too_big.status_code == 413
+    bad_header = client.post("/v1/fraud/score", json={}, headers={"X-Request-Timeout-Ms": "soon"})
+    assert bad_header.status_code == 422
     text = client.get("/metrics").text
 
     def count(**labels: str) -> float:
@@ -147,7 +152,8 @@ def test_metrics_count_by_route_template_method_and_status(client: TestClient) -
 
     assert count(method="GET", route=STAGE_ROUTE, status="200") == 3
     assert count(method="GET", route="<unmatched>", status="404") == 1
-    assert count(method="POST", route="/v1/fraud/score", status="422") == 1
+    assert count(method="POST", route="/v1/fraud/score", status="422") == 2
+    assert count(method="POST", route="/v1/fraud/score", status="413") == 1
     for stage in ("validate", "features", "serving", "total"):
         assert (
             sample(text, "api_request_stage_duration_seconds_count", route=STAGE_ROUTE, stage=stage)
