@@ -11,6 +11,7 @@ is not needed (`array` does the byte conversion).
 from __future__ import annotations
 
 import math
+import struct
 import sys
 from array import array
 from collections.abc import Sequence
@@ -118,7 +119,29 @@ def tensor_from_proto(proto: tensor_pb2.TensorProto) -> Tensor:
             values = _fill(list(getattr(proto, field_name)), count, dtype)
         if dtype is DataType.DT_BOOL:
             values = [bool(v) for v in values]
+        elif dtype is DataType.DT_FLOAT:
+            values = [shortest_float32(v) for v in values]  # type: ignore[arg-type]
     return Tensor(shape, values, dtype)
+
+
+_FLOAT32 = struct.Struct("<f")
+
+
+def shortest_float32(value: float) -> float:
+    """The float32 `value` as the shortest decimal that reads back as the same float32.
+
+    A float32 widened to a Python float carries its binary expansion (0.20017243921756744);
+    serving's REST answer, and TF Serving's, carry the shortest round-tripping decimal
+    (0.20017244). Decoding gRPC tensors through this makes both transports give the API the
+    same numbers. Non-finite values are returned as they are.
+    """
+    if not math.isfinite(value):
+        return value
+    for digits in range(6, 10):  # 9 significant digits always round-trip a float32
+        candidate = float(f"{value:.{digits}g}")
+        if _FLOAT32.unpack(_FLOAT32.pack(candidate))[0] == value:
+            return candidate
+    return value
 
 
 def _fill(values: list[Scalar], count: int, dtype: DataType) -> list[Scalar]:

@@ -140,6 +140,17 @@ def test_tensor_round_trip_through_the_official_tensorproto(dtype: DataType, val
     assert back == tensor
 
 
+def test_float32_values_decode_to_the_decimals_rest_would_give() -> None:
+    # gRPC carries float32 bits; REST (TF Serving's JSON) the shortest decimal that reads
+    # back as the same float32. The API sees the same numbers either way.
+    content = array("f", [0.20017244, 1.7972753e-12, 0.999997, 1.0, float("inf")]).tobytes()
+    msg = our_tensor_pb2.TensorProto(dtype=1, tensor_content=content)
+    msg.tensor_shape.dim.add().size = 5
+    back = tensor_from_proto(msg)
+    assert back.values == [0.20017244, 1.7972753e-12, 0.999997, 1.0, float("inf")]
+    assert [repr(v) for v in back.values[:3]] == ["0.20017244", "1.7972753e-12", "0.999997"]
+
+
 def test_a_single_typed_value_fills_the_shape() -> None:
     msg = official_tensor_pb2.TensorProto(dtype=1)
     for _ in range(3):
