@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -145,6 +146,38 @@ async def test_block_outside_any_request_is_unknown() -> None:
     # blamed on a route.
     assert set(counted) == {"unknown"}
     assert counted["unknown"] >= 1
+
+
+@pytest.mark.anyio
+async def test_a_long_queue_of_short_callbacks_is_overload_not_a_block(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    metrics = ApiMetrics()
+    monitor = LoopMonitor(metrics, interval_s=0.02, threshold_s=0.05)
+    await monitor.start()
+    caplog.set_level(logging.INFO, logger="api.loop_monitor")
+    try:
+        await asyncio.sleep(0.05)
+        loop = asyncio.get_running_loop()
+
+        def short_step() -> None:
+            time.sleep(0.002)  # each callback is short; together they hold the loop 0.4 s
+
+        for _ in range(200):
+            loop.call_soon(short_step)
+        await asyncio.sleep(0)  # the queue runs here, before the probe's wake-up
+        await asyncio.sleep(0.05)
+    finally:
+        await monitor.stop()
+    text = metrics.exposition()[0].decode()
+    counted = sum(
+        value
+        for name, labels, value in families(text)["api_event_loop_blocks"]
+        if name.endswith("_total")
+    )
+    overload = [r for r in caplog.records if "overload, not a block" in r.getMessage()]
+    assert overload, [r.getMessage() for r in caplog.records]
+    assert counted == 0
 
 
 def test_monitor_rejects_bad_settings() -> None:
