@@ -100,6 +100,13 @@ class Servable:
             for alias, proto in signature.defaults.items()
         }
         self._method_name_check = method_name_check
+        # The shape each input placeholder declares in the graph (not the SignatureDef, whose
+        # shapes some TF1 exports contradict): None per unknown dimension; None for an
+        # unknown rank or an input that is not a placeholder (see _static_shape).
+        self._feed_shapes: dict[str, tuple[int | None, ...] | None] = {}
+        for signature in self._signatures.values():
+            for info in signature.inputs.values():
+                self._feed_shapes[info.name] = _static_shape(session.graph, info.name)
         self._callables: dict[tuple[Any, ...], Callable[..., list[np.ndarray]]] = {}
         self._callables_lock = threading.Lock()
 
@@ -294,6 +301,7 @@ class Servable:
                     f"{','.join(sorted(signature.defaults))}",
                 )
             names.append(signature.inputs[alias].name)
+            self._check_feed_shape(names[-1], values[-1])
         if inputs and len(seen) != len(inputs):
             raise ServingError(
                 Code.INVALID_ARGUMENT,
@@ -301,6 +309,30 @@ class Servable:
                 f"request input: {','.join(request_keys)}",
             )
         return tuple(names), values
+
+    def _check_feed_shape(self, tensor_name: str, value: np.ndarray) -> None:
+        """``INVALID_ARGUMENT`` when ``value`` cannot be fed to the placeholder ``tensor_name``
+        of rank 3 or more (the check of TensorFlow's Python ``Session.run``, with its message).
+
+        TF Serving's C++ session makes no such check and passes the kernels' own errors on;
+        so does this server for ranks 0-2. But oneDNN's convolution and pooling kernels
+        (TensorFlow's default on x86) abort the whole process on an input of the wrong rank
+        (a CHECK in tensor_format.h), so the image-like placeholders those kernels read are
+        checked here first: one request gets an error instead of every request a dead server.
+        """
+        declared = self._feed_shapes.get(tensor_name)
+        if declared is None or len(declared) < _CHECKED_MIN_RANK:
+            return  # TensorFlow's own error (e.g. "In[0] is not a matrix"), as TF Serving's
+        shape = np.shape(value)
+        if len(shape) != len(declared) or any(
+            want is not None and want != got for want, got in zip(declared, shape)
+        ):
+            shown = "(" + ", ".join(str(d) for d in declared) + ("," if len(declared) == 1 else "") + ")"
+            raise ServingError(
+                Code.INVALID_ARGUMENT,
+                f"Cannot feed value of shape {tuple(shape)} for Tensor {tensor_name}, "
+                f"which has shape {shown}",
+            )
 
     def _callable(
         self, feeds: tuple[str, ...], fetches: tuple[str, ...], timeout_ms: int | None
@@ -327,6 +359,24 @@ class Servable:
         with self._callables_lock:
             self._callables.clear()
         self._session.close()
+
+
+# Placeholders of this rank or more are shape-checked before a run (see _check_feed_shape).
+_CHECKED_MIN_RANK = 3
+
+
+def _static_shape(graph: Any, tensor_name: str) -> tuple[int | None, ...] | None:
+    """The declared shape of ``tensor_name`` when it is a ``Placeholder``'s output; None when it
+    is any other tensor (TF Serving feeds those whatever their static shape: its own
+    half_plus_two example feeds ``[3]`` to an Identity of shape ``[?, 1]``), has an unknown rank,
+    or is not in the graph."""
+    try:
+        tensor = graph.get_tensor_by_name(tensor_name)
+    except (KeyError, ValueError):
+        return None
+    if tensor.op.type not in ("Placeholder", "PlaceholderV2") or tensor.shape.rank is None:
+        return None
+    return tuple(tensor.shape.as_list())
 
 
 def _fetches(
