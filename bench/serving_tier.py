@@ -1064,10 +1064,11 @@ def _table(runs: Sequence[Run]) -> str:
             + ("  FLAGGED" if run.flags else "")
             + (f"  ({run.note})" if run.note else "")
         )
-    lines.append(
-        f"* the rest of the machine used more than {BUSY_MACHINE_CORES} cores during the run: "
-        "its figures are lower than on a quiet machine"
-    )
+    if any(run.other_cpu_cores > BUSY_MACHINE_CORES for run in runs):
+        lines.append(
+            f"* the rest of the machine used more than {BUSY_MACHINE_CORES} cores during the "
+            "run: its figures are lower than on a quiet machine"
+        )
     if any(run.generator == "h2load" for run in runs):
         lines.append(
             "h2load reports no latency percentiles (p50/p99 '-'); its mean and max are of every "
@@ -1194,6 +1195,9 @@ def benchmark(args: argparse.Namespace) -> int:
     print(_table(runs))
     print()
     for goal in goals:
+        if goal["where"] == "not measured":  # e.g. --rows 1 or --protocols leave it out
+            print(f"goal {goal['goal']}: not measured in this run")
+            continue
         mark = "held" if goal["held"] else "NOT held"
         print(f"goal {goal['goal']}: {goal['measured']:,} ({goal['where']}) -- {mark}")
     if profile and "self" in profile:
