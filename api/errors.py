@@ -127,6 +127,22 @@ def _has_surrogate(text: str) -> bool:
     return False
 
 
+def _encodable(value: Any, depth: int = 0) -> Any:
+    """`value` with the scalars orjson refuses made encodable (as `bounded` does), inside
+    lists and dicts up to a modest depth (deeper is left as it is)."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8") if _has_surrogate(value) else value
+    if isinstance(value, int) and not isinstance(value, bool) and not _INT64_MIN <= value <= _UINT64_MAX:
+        return str(value)
+    if depth >= 32:
+        return value
+    if isinstance(value, Mapping):
+        return {_encodable(k, depth + 1): _encodable(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_encodable(v, depth + 1) for v in value]
+    return value
+
+
 def bounded(value: Any, limit: int = MAX_ECHO_CHARS) -> Any:
     """`value` as echoed in an error: strings cut to `limit` characters, containers
     replaced by a short summary once their JSON is longer than `limit`. Whatever a JSON body
@@ -144,8 +160,11 @@ def bounded(value: Any, limit: int = MAX_ECHO_CHARS) -> Any:
         return value
     try:
         encoded = orjson.dumps(value, default=str)
-    except TypeError:
-        return bounded(str(value), limit)
+    except TypeError:  # a lone surrogate or an integer beyond 64 bits somewhere inside
+        try:
+            encoded = orjson.dumps(_encodable(value), default=str)
+        except TypeError:
+            return bounded(str(value), limit)
     if len(encoded) <= limit:
         return orjson.loads(encoded)
     kind = "object" if isinstance(value, Mapping) else "array" if isinstance(value, Sequence) else "value"

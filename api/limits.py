@@ -118,7 +118,10 @@ class DeadlineMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        header = next((v for k, v in scope["headers"] if k == _TIMEOUT_HEADER), None)
+        # Repeated field lines combine into one comma-separated value (RFC 9110 5.3), which a
+        # single number never is: a repeated header is refused, not silently half-read.
+        values = [v for k, v in scope["headers"] if k == _TIMEOUT_HEADER]
+        header = b", ".join(values) if values else None
         try:
             budget = parse_timeout_header(
                 header.decode("latin-1") if header is not None else None, self.default_s

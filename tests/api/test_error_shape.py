@@ -104,6 +104,21 @@ def test_inputs_json_allows_but_utf8_or_64_bits_cannot_hold_are_422_not_500(
         assert_error_shape(response, 422, "validation_error")
 
 
+def test_a_repeated_timeout_header_is_refused(client: TestClient) -> None:
+    response = client.post(
+        SCORE, json=transactions(1)[0], headers=[("X-Request-Timeout-Ms", "5"), ("X-Request-Timeout-Ms", "abc")]
+    )
+    detail = assert_error_shape(response, 422, "validation_error")["detail"]
+    assert detail[0]["loc"] == ["header", "x-request-timeout-ms"] and detail[0]["input"] == "5, abc"
+
+
+def test_a_container_echo_with_a_surrogate_stays_json(client: TestClient) -> None:
+    raw = b'["\\ud800", "x", 100000000000000000000000]'
+    response = client.post(SCORE, content=raw, headers={"content-type": "application/json"})
+    detail = assert_error_shape(response, 422, "validation_error")["detail"]
+    assert detail[0]["input"] == ["\\ud800", "x", "100000000000000000000000"]
+
+
 def test_http_errors_and_bugs_use_the_shape(client: TestClient) -> None:
     assert_error_shape(client.get("/nowhere"), 404, "not_found")
     assert_error_shape(client.get(SCORE), 405, "method_not_allowed")
