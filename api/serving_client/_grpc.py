@@ -111,13 +111,20 @@ class GrpcTransport:
         try:
             return await method(message, timeout=budget, metadata=metadata)
         except grpc.aio.AioRpcError as exc:
-            raise self._translate(exc) from None
+            raise self._translate(exc, deadline) from None
 
-    def _translate(self, exc: grpc.aio.AioRpcError) -> ServingError:
+    def _translate(self, exc: grpc.aio.AioRpcError, deadline: Deadline) -> ServingError:
         code = Code[exc.code().name]
+        message = exc.details() or code.name
         # UNAVAILABLE while the channel cannot connect means the replica is down, not
         # that one connection broke: let the caller skip it for a while.
         down = code is Code.UNAVAILABLE and (
             self._channel.get_state(try_to_connect=False) is grpc.ChannelConnectivity.TRANSIENT_FAILURE
         )
-        return error_for_code(code, exc.details() or code.name, replica_down=down, target=self.target)
+        # Our own deadline and an unreachable replica read as they do over REST; grpc's
+        # wording ("Stream removed", "failed to connect to all addresses; ...") follows.
+        if code is Code.DEADLINE_EXCEEDED and deadline.remaining() <= 0:
+            message = f"no answer within the request deadline ({message})"
+        elif down:
+            message = f"connection refused or unreachable ({message})"
+        return error_for_code(code, message, replica_down=down, target=self.target)

@@ -88,6 +88,33 @@ def test_grpc_transport_against_official_servicers(grpc_replicas: list[FakeServi
     asyncio.run(main())
 
 
+def test_grpc_deadline_and_unreachable_read_as_over_rest(grpc_replicas: list[FakeServing]) -> None:
+    """Our own deadline and a refused connection get REST's wording (grpc's details follow)."""
+    from api.serving_client import ServingTimeout, ServingUnavailable  # type: ignore[attr-defined]
+
+    replica = grpc_replicas[0]
+    request = PredictRequest(ModelSpec("fraud"), {"features": Tensor.from_rows([[0.5, 0.25]])})
+
+    async def main() -> None:
+        transport = GrpcTransport(f"127.0.0.1:{replica.grpc_port}", call_timeout_s=5)
+        replica.hold()
+        try:
+            with pytest.raises(ServingTimeout, match="no answer within the request deadline"):
+                await transport.predict(request, Deadline.after(0.2))
+        finally:
+            replica.release()
+            await transport.aclose()
+        dead = GrpcTransport(f"127.0.0.1:{free_port()}", call_timeout_s=5)
+        try:
+            with pytest.raises(ServingUnavailable, match="connection refused or unreachable") as caught:
+                await dead.predict(request, Deadline.after(3))
+            assert caught.value.replica_down
+        finally:
+            await dead.aclose()
+
+    asyncio.run(main())
+
+
 def test_gunicorn_preload_workers_each_open_their_own_channels(
     tmp_path: Path, procs: list, grpc_replicas: list[FakeServing]
 ) -> None:
