@@ -43,6 +43,10 @@ keepalive = 5
 # The app writes its own JSON access log (api.access, ACCESS_LOG=false turns it off);
 # gunicorn's would be a second, unstructured line per request.
 accesslog = None
+# gunicorn >= 25.1 opens a control socket at one fixed path per user
+# (~/.gunicorn/gunicorn.ctl): two API instances on a host would take it from each other,
+# and nothing here uses it. (Older gunicorn ignores the unknown setting.)
+control_socket_disable = True
 
 # --- Prometheus multiprocess directory ---------------------------------------------
 _MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
