@@ -13,7 +13,6 @@ of Predict/Classify/Regress, and MultiInference's example counts.
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -29,7 +28,7 @@ from tensorflow_serving.apis import (
 )
 from tf_serving_testdata import export_testdata
 
-from tests.support import Proc, free_port, wait_until
+from tests.support import Proc, free_port, start_serving, wait_until
 
 READY_DEADLINE_S = 120.0
 RPC_TIMEOUT_S = 10.0
@@ -64,21 +63,14 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     monitoring = workdir / "monitoring.config"
     monitoring.write_text(f'prometheus_config {{ enable: true path: "{METRICS_PATH}" }}\n')
     rest_port, grpc_port = free_port(), free_port()
-    proc = Proc(
-        [
-            sys.executable,
-            "-m",
-            "serving",
-            f"--port={grpc_port}",
-            "--grpc_host=127.0.0.1",
-            f"--rest_api_port={rest_port}",
-            "--rest_api_host=127.0.0.1",
-            f"--model_config_file={config}",
-            f"--monitoring_config_file={monitoring}",
-            "--tensorflow_intra_op_parallelism=1",
-            "--tensorflow_inter_op_parallelism=1",
-        ],
+    proc = start_serving(
+        config,
+        rest_port,
+        grpc_port,
         workdir / "server.log",
+        f"--monitoring_config_file={monitoring}",
+        "--tensorflow_intra_op_parallelism=1",
+        "--tensorflow_inter_op_parallelism=1",
     )
     rest = httpx.Client(base_url=f"http://127.0.0.1:{rest_port}", timeout=RPC_TIMEOUT_S)
     channel = grpc.insecure_channel(f"127.0.0.1:{grpc_port}")
