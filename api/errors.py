@@ -127,12 +127,18 @@ def _has_surrogate(text: str) -> bool:
     return False
 
 
+def _beyond_64_bits(value: Any) -> bool:
+    """An integer JSON allows but orjson cannot write (it stops at 64 bits)."""
+    return isinstance(value, int) and not isinstance(value, bool) and not _INT64_MIN <= value <= _UINT64_MAX
+
+
 def _encodable(value: Any, depth: int = 0) -> Any:
-    """`value` with the scalars orjson refuses made encodable (as `bounded` does), inside
-    lists and dicts up to a modest depth (deeper is left as it is)."""
+    """`value` with what orjson refuses made encodable -- lone surrogates escaped (JSON text
+    allows `\ud800`, UTF-8 cannot carry it), integers beyond 64 bits as their digits --
+    inside lists and dicts up to a modest depth (deeper is left as it is)."""
     if isinstance(value, str):
         return value.encode("utf-8", "backslashreplace").decode("utf-8") if _has_surrogate(value) else value
-    if isinstance(value, int) and not isinstance(value, bool) and not _INT64_MIN <= value <= _UINT64_MAX:
+    if _beyond_64_bits(value):
         return str(value)
     if depth >= 32:
         return value
@@ -151,11 +157,9 @@ def bounded(value: Any, limit: int = MAX_ECHO_CHARS) -> Any:
     if isinstance(value, (bytes, bytearray)):
         value = bytes(value[: limit + 1]).decode("utf-8", "replace")
     if isinstance(value, str):
-        text = value if len(value) <= limit else value[:limit] + "…"
-        # JSON text allows a lone surrogate (\ud800) but UTF-8 cannot carry it: escape it.
-        return text.encode("utf-8", "backslashreplace").decode("utf-8") if _has_surrogate(text) else text
-    if isinstance(value, int) and not isinstance(value, bool) and not _INT64_MIN <= value <= _UINT64_MAX:
-        return bounded(str(value), limit)  # JSON has no integer limit; orjson stops at 64 bits
+        return _encodable(value if len(value) <= limit else value[:limit] + "…")
+    if _beyond_64_bits(value):
+        return bounded(str(value), limit)  # its digits, cut like any string
     if value is None or isinstance(value, (bool, int, float)):
         return value
     try:
