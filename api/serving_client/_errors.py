@@ -27,6 +27,11 @@ import enum
 from collections.abc import Mapping
 from types import MappingProxyType
 
+# Wordings the transports share, so one failure reads the same over REST, over gRPC and
+# through coalescing.
+DEADLINE_PASSED = "no answer within the request deadline"
+UNREACHABLE = "connection refused or unreachable"
+
 # Longest message kept from serving's answer: enough for TF Serving's messages, bounded
 # so an error body can never echo a huge payload.
 MAX_MESSAGE_CHARS = 500

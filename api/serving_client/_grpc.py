@@ -24,7 +24,15 @@ from api.protos.tensorflow_serving.apis import (
     prediction_service_pb2_grpc,
 )
 from api.request_context import outgoing_headers
-from api.serving_client._errors import Code, ServingError, ServingRejected, ServingTimeout, error_for_code
+from api.serving_client._errors import (
+    DEADLINE_PASSED,
+    UNREACHABLE,
+    Code,
+    ServingError,
+    ServingRejected,
+    ServingTimeout,
+    error_for_code,
+)
 from api.serving_client._tensor_proto import (
     model_status_from_proto,
     predict_request_to_proto,
@@ -124,7 +132,7 @@ class GrpcTransport:
         # Our own deadline and an unreachable replica read as they do over REST; grpc's
         # wording ("Stream removed", "failed to connect to all addresses; ...") follows.
         if code is Code.DEADLINE_EXCEEDED and deadline.remaining() <= 0:
-            message = f"no answer within the request deadline ({message})"
+            message = f"{DEADLINE_PASSED} ({message})"
         elif down:
-            message = f"connection refused or unreachable ({message})"
+            message = f"{UNREACHABLE} ({message})"
         return error_for_code(code, message, replica_down=down, target=self.target)

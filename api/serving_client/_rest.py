@@ -19,6 +19,8 @@ from api.deadlines import Deadline
 from api.request_context import outgoing_headers
 from api.serving_client import _json
 from api.serving_client._errors import (
+    DEADLINE_PASSED,
+    UNREACHABLE,
     ServingBadResponse,
     ServingError,
     ServingTimeout,
@@ -46,7 +48,7 @@ from api.serving_client._types import ModelStatus, PredictRequest, PredictRespon
 _TRANSPORT_ERRORS: tuple[tuple[type[Exception], type[ServingError], bool, str], ...] = (
     (ConnectTimeout, ServingUnavailable, True, "connect timed out"),
     (PoolTimeout, ServingTimeout, False, "no free connection to serving in time"),
-    (ConnectError, ServingUnavailable, True, "connection refused or unreachable"),
+    (ConnectError, ServingUnavailable, True, UNREACHABLE),
     (ServerDisconnected, ServingUnavailable, False, "connection closed by serving"),
     (ReadError, ServingUnavailable, False, "connection lost while reading"),
     (WriteError, ServingUnavailable, False, "connection lost while writing"),
@@ -153,7 +155,7 @@ class RestTransport:
                         timeout=budget, connect_timeout=connect_timeout, fresh=True,
                     )  # fmt: skip
         except TimeoutError:
-            raise ServingTimeout("no answer within the request deadline", target=self.target) from None
+            raise ServingTimeout(DEADLINE_PASSED, target=self.target) from None
         except Http1Error as exc:
             raise translate_transport_error(exc, self.target) from exc
         status = response.status
