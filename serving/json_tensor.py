@@ -67,6 +67,7 @@ import numpy as np
 import orjson
 
 from serving.errors import Code, ServingError
+from serving.tensor_proto import MAX_RANK
 
 __all__ = [
     "JsonFormat",
@@ -179,6 +180,8 @@ def _parse_lenient(body: bytes) -> Any:
     text = body.decode("utf-8", "surrogateescape")
     try:
         return json.loads(text)
+    except RecursionError:
+        raise _invalid("JSON Parse error: The document is nested too deeply.") from None
     except json.JSONDecodeError as exc:
         offset = len(text[: exc.pos].encode("utf-8", "surrogateescape"))
         if not text.strip(" \t\r\n"):
@@ -395,6 +398,8 @@ def _dense_shape(value: Any) -> list[int]:
         if not value:
             break
         value = value[0]
+    if len(shape) > MAX_RANK:
+        raise _invalid(f"Too many dimensions in tensor: {len(shape)}; at most {MAX_RANK} here")
     return shape
 
 

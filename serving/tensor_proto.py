@@ -46,6 +46,10 @@ class TensorProtoError(ValueError):
     """A ``TensorProto`` TensorFlow could not turn into a tensor (or an array into a proto)."""
 
 
+# numpy's limit on dimensions (TensorFlow's own is 254): a deeper request tensor is refused.
+MAX_RANK = 64
+
+
 @dataclass(frozen=True)
 class _Layout:
     """How one ``DataType`` is stored: numpy dtype (little-endian) and its typed proto field."""
@@ -114,9 +118,20 @@ def to_ndarray(proto: TensorProto) -> np.ndarray:
     if shape_proto.unknown_rank:
         raise TensorProtoError("a tensor must have a known rank")
     shape = tuple(dim.size for dim in shape_proto.dim)
+    if len(shape) > MAX_RANK:
+        raise TensorProtoError(f"{len(shape)} dimensions; at most {MAX_RANK} here")
     if any(size < 0 for size in shape):
         raise TensorProtoError(f"negative dimension in shape {list(shape)}")
     count = math.prod(shape)
+    try:
+        return _decoded(proto, layout, shape, count)
+    except (MemoryError, ValueError) as exc:
+        # numpy cannot hold it ("array is too big", "Unable to allocate 41 GiB"): what
+        # Tensor::FromProto's failed allocation is to TF Serving, a tensor parsing error.
+        raise TensorProtoError(f"cannot allocate shape {list(shape)}: {exc}") from None
+
+
+def _decoded(proto: TensorProto, layout: _Layout, shape: tuple[int, ...], count: int) -> np.ndarray:
     if proto.tensor_content and layout.kind != "string":
         content = proto.tensor_content
         if len(content) != count * layout.numpy.itemsize:

@@ -520,3 +520,18 @@ def test_unsupported_output_dtype() -> None:
 )
 def test_json_value_to_string(value: Any, expected: str) -> None:
     assert json_tensor._json_value_to_string(value) == expected
+
+
+@pytest.mark.parametrize("depth", [65, 300])
+def test_too_many_dimensions_is_invalid_argument(depth: int) -> None:
+    doc = json_tensor.parse_json(b'{"instances":' + b"[" * depth + b"1" + b"]" * depth + b"}")
+    with pytest.raises(ServingError, match=f"Too many dimensions in tensor: {depth}") as caught:
+        decode_predict_inputs(doc, {"x": "DT_FLOAT"})
+    assert caught.value.code is Code.INVALID_ARGUMENT
+
+
+def test_json_nested_beyond_the_parser_is_invalid_argument() -> None:
+    body = b'{"instances":' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    with pytest.raises(ServingError, match="nested too deeply") as caught:
+        json_tensor.parse_json(body)
+    assert caught.value.code is Code.INVALID_ARGUMENT

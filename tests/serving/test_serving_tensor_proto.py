@@ -147,3 +147,18 @@ def test_decoding_is_vectorised_over_tensor_content() -> None:
     decoded = to_ndarray(proto)
     np.testing.assert_array_equal(decoded, array)
     assert decoded.base is not None  # a view over the proto's bytes, no per-element copy
+
+
+@pytest.mark.parametrize(
+    ("shape", "match"),
+    [
+        ([1] * 65, "65 dimensions"),
+        ([2**31, 2**31], "cannot allocate"),  # beyond what numpy can address
+    ],
+)
+def test_tensors_numpy_cannot_hold_are_parse_errors(shape: list[int], match: str) -> None:
+    proto = TensorProto(dtype=types_pb2.DT_FLOAT, float_val=[1.0])
+    for size in shape:
+        proto.tensor_shape.dim.add().size = size
+    with pytest.raises(TensorProtoError, match=match):
+        to_ndarray(proto)
