@@ -30,7 +30,7 @@ run: $(STAMP)
 	REST_API_PORT=$(REST_API_PORT) GRPC_PORT=$(GRPC_PORT) ./run-server.sh
 
 test: $(STAMP)
-	$(PY) -m ruff check --select E9,F .
+	$(PY) -m ruff check .
 	$(PY) -m pytest
 
 model: $(STAMP)

@@ -264,7 +264,7 @@ class CoalescingClient:
             if not isinstance(exc, Exception):
                 raise
             return
-        for m, part in zip(members, parts):
+        for m, part in zip(members, parts, strict=True):
             _settle(m, result=part)
 
 

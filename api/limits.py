@@ -22,7 +22,6 @@ Three checks, outermost first, each answering in the API's error shape
 from __future__ import annotations
 
 import asyncio
-
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Final
 

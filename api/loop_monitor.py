@@ -15,8 +15,8 @@ worker. This module measures that in two ways:
   same frame) both times is a block: one warning naming both, counted in
   `api_event_loop_blocks_total{route}`. Different work both times is an overloaded loop
   (a long queue of short callbacks, e.g. far more connections than the worker keeps up
-  with): logged at INFO, not counted as a block, and visible in the lag histogram. A block the thread could not see while it
-  happened (a C extension holding the GIL the whole time) is still caught by the lag
+  with): logged at INFO, not counted as a block, and visible in the lag histogram. A block the
+  thread could not see while it happened (a C extension holding the GIL the whole time) is still caught by the lag
   task afterwards, counted with route `unknown`.
 
 Cost on the request path: one dict insert and delete per request (`track`/`untrack`).

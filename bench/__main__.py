@@ -22,7 +22,7 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from bench.goals import evaluate
@@ -95,7 +95,7 @@ def _meta(mode: str, server: tuple[int, ...], load: tuple[int, ...]) -> dict[str
         pass
     return {
         "mode": mode,
-        "started_at": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        "started_at": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
         "cpus": len(os.sched_getaffinity(0)),
         "cpu_model": cpu_model,
         "loadavg": " ".join(Path("/proc/loadavg").read_text().split()[:3]),
@@ -135,7 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         server_cpus = args.server_cpus or server_cpus
         load_cpus = args.load_cpus or load_cpus
     plan = FULL if args.full else QUICK
-    run_dir = args.out / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    run_dir = args.out / datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     run_dir.mkdir(parents=True, exist_ok=True)
     pool = write_body_pool(run_dir / "bodies.jsonl")
     env = Environment(
@@ -174,7 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print(goals_table(results))
     print()
-    for name, path in outputs.items():
+    for path in outputs.values():
         print(f"[bench] wrote {path.relative_to(REPO) if path.is_relative_to(REPO) else path}")
     print(f"[bench] done in {meta['duration_s']:.0f} s")
     return 0

@@ -381,7 +381,7 @@ def plot_latency(results: BenchResults, path: Path) -> Path | None:
     rows = (len(setups) + cols - 1) // cols
     fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.6 * rows), squeeze=False)
     series = (("p50_ms", "p50"), ("p99_ms", "p99"), ("p999_ms", "p99.9"), ("max_ms", "max"))
-    for ax, s in zip(axes.flat, setups):
+    for ax, s in zip(axes.flat, setups, strict=False):
         runs = sorted(
             (r for r in s.fixed_rate if r.result.latency), key=lambda r: r.result.offered_rps
         )

@@ -19,6 +19,7 @@ reason and the run goes on with the next.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -221,7 +222,7 @@ class Runner:
                     self.say(f"{setup.name}: skipped, {setup.unavailable_reason}")
                     continue
                 reference = results.reference_rps
-                if self._guard(result, lambda: self._run_setup(setup, result, reference)):
+                if self._guard(result, functools.partial(self._run_setup, setup, result, reference)):
                     result.status = "ok"
                 elif result.status != "skipped":
                     result.status = "failed"
@@ -241,7 +242,7 @@ class Runner:
             )
             if wanted:
                 setup = by_name[result.name]
-                if not self._guard(result, lambda: self._measure_memory(setup, result)):
+                if not self._guard(result, functools.partial(self._measure_memory, setup, result)):
                     result.notes.insert(0, "memory measurement failed")
         return results
 

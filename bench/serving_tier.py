@@ -619,7 +619,7 @@ def check_predict(target: str, message: bytes, rows: int | None) -> None:
         try:
             raw = channel.unary_unary(PREDICT_METHOD)(message, timeout=30.0)
         except grpc.RpcError as exc:
-            raise SetupError(f"Predict on {target} failed: {exc.code().name} {exc.details()}")
+            raise SetupError(f"Predict on {target} failed: {exc.code().name} {exc.details()}") from exc
     if rows is None:
         return
     answer = predict_pb2.PredictResponse.FromString(raw)

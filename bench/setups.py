@@ -31,11 +31,11 @@ from typing import Any
 
 from bench.processes import (
     REPO,
+    Probe,
     Process,
     SetupError,
     free_port,
     get_contains,
-    Probe,
     log_count,
     wait_until,
 )

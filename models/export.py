@@ -16,11 +16,10 @@ import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import keras
 import numpy as np
 import tensorflow as tf
 from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
-
-import keras
 
 WARMUP_FILE = "tf_serving_warmup_requests"
 WARMUP_BATCH_SIZES: tuple[int, ...] = (1, 8, 64)

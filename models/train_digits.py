@@ -34,10 +34,10 @@ from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-import keras  # noqa: E402
 from api.images import DIGIT_SIDE  # noqa: E402
 from models.digits_data import SEED, as_served, load_split  # noqa: E402
 from models.export import export_servable, write_warmup  # noqa: E402

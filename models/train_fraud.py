@@ -28,10 +28,10 @@ from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-import keras  # noqa: E402
 from api.features import FEATURE_NAMES, N_FEATURES, extract_batch  # noqa: E402
 from api.schemas import Transaction  # noqa: E402
 from models.export import export_servable, write_warmup  # noqa: E402

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 from api.features import RISKY_CATEGORIES, USD_PER_UNIT
@@ -71,7 +71,7 @@ PATTERN_RATES: dict[str, tuple[float, float]] = {
     "young_account": (0.30, 0.04),
 }
 
-EPOCH = datetime(2026, 1, 1, tzinfo=timezone.utc)
+EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True)

@@ -124,8 +124,8 @@ class Servable:
 
         ``intra_op_threads`` / ``inter_op_threads`` size the Session's thread pools (0 lets
         TensorFlow choose); with ``inter_op_threads=1`` every run executes on its calling thread
-        (``RunOptions.inter_op_thread_pool = -1``). Raises :class:`ServingError`: ``NOT_FOUND`` ``Could not find SavedModel
-        .pb or .pbtxt at supplied export directory path: <path>`` or for a missing tag-set;
+        (``RunOptions.inter_op_thread_pool = -1``). Raises :class:`ServingError`: ``NOT_FOUND``
+        ``Could not find SavedModel .pb or .pbtxt at supplied export directory path: <path>`` or for a missing tag-set;
         TensorFlow's own code and message for anything else.
         """
         if not any(
@@ -325,7 +325,7 @@ class Servable:
             return  # TensorFlow's own error (e.g. "In[0] is not a matrix"), as TF Serving's
         shape = np.shape(value)
         if len(shape) != len(declared) or any(
-            want is not None and want != got for want, got in zip(declared, shape)
+            want is not None and want != got for want, got in zip(declared, shape, strict=True)
         ):
             shown = "(" + ", ".join(str(d) for d in declared) + ("," if len(declared) == 1 else "") + ")"
             raise ServingError(

@@ -326,7 +326,8 @@ class _RestServer:
     async def start(self) -> None:
         """Start serving; returns once the socket accepts connections."""
         self.task = asyncio.ensure_future(self._server.serve(sockets=[self._sock]))
-        while not self._server.started and not self.task.done():
+        # uvicorn sets a plain `started` flag, no event to wait on.
+        while not self._server.started and not self.task.done():  # noqa: ASYNC110
             await asyncio.sleep(0.01)
         if self.task.done():
             self.task.result()  # re-raise a start-up failure

@@ -58,9 +58,9 @@ def test_healthchecks() -> None:
 
 
 def test_api_image_installs_only_the_api_extra_and_runs_as_non_root() -> None:
-    lines = [l.strip() for l in (REPO / "Dockerfile").read_text().splitlines()]
-    installs = [l for l in lines if l.startswith("RUN pip install")]
+    lines = [line.strip() for line in (REPO / "Dockerfile").read_text().splitlines()]
+    installs = [line for line in lines if line.startswith("RUN pip install")]
     assert installs == ["RUN pip install '.[api]'"]
-    users = [l for l in lines if l.startswith("USER ")]
+    users = [line for line in lines if line.startswith("USER ")]
     assert users and users[-1] not in ("USER root", "USER 0")
-    assert not any("tensorflow" in l for l in lines)
+    assert not any("tensorflow" in line for line in lines)

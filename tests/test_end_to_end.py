@@ -125,7 +125,7 @@ def test_scores_equal_the_models_own_output(stack: Stack, reference_model) -> No
     rows = [extract_features(Transaction.model_validate(b)) for b in bodies]
     np.testing.assert_allclose(got, reference_model(rows), atol=1e-5)
 
-    for body, answer in zip(bodies, answers):
+    for body, answer in zip(bodies, answers, strict=True):
         data = answer.json()
         assert data["transaction_id"] == body["transaction_id"]
         assert data["model"] == {"name": "fraud", "version": 1}

@@ -9,7 +9,7 @@ Every failure of a call to the serving tier leaves `api.serving_client` as a
 | UNAVAILABLE, RESOURCE_EXHAUSTED, ABORTED, CANCELLED | `ServingUnavailable` | serving down, overloaded or unreachable |
 | DEADLINE_EXCEEDED | `ServingTimeout` | no answer within the request's deadline |
 | NOT_FOUND | `ServingNotFound` | model or version not loaded there |
-| FAILED_PRECONDITION, UNIMPLEMENTED, PERMISSION_DENIED, UNAUTHENTICATED | `ServingMisconfigured` | e.g. no such signature |
+| FAILED_PRECONDITION, UNIMPLEMENTED, PERMISSION_DENIED, UNAUTHENTICATED | `ServingMisconfigured` | no such signature |
 | INVALID_ARGUMENT, OUT_OF_RANGE | `ServingRejected` | serving refused input we had validated |
 | INTERNAL, UNKNOWN, DATA_LOSS, ALREADY_EXISTS | `ServingInternalError` | serving failed running it |
 | (ours) | `ServingBadResponse` | serving answered something we cannot use |

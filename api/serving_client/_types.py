@@ -12,11 +12,11 @@ import enum
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, Union
+from typing import Protocol
 
 from api.deadlines import Deadline
 
-Scalar = Union[float, int, bool, bytes]
+Scalar = float | int | bool | bytes
 
 
 class DataType(enum.IntEnum):

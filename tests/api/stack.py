@@ -80,7 +80,7 @@ def wait_ready(*fakes: FakeServing) -> None:
     """Wait until each fake answers model status (it starts REST after gRPC)."""
     for fake in fakes:
 
-        def ready() -> bool:
+        def ready(fake: FakeServing = fake) -> bool:
             assert fake.proc.alive(), fake.proc.log()
             return answers_ok(fake.url + "/v1/models/fraud")
 

@@ -74,7 +74,7 @@ def test_upscaled_dataset_digits_come_back(
     assert np.mean(vs_original) < 1.5, vs_original
     # Digits the dataset already centres come back exactly (up to 8-bit rounding) ...
     already_centred = [
-        d for d, x in zip(vs_original, images) if np.array_equal(centred(x), x * 16 / x.max())
+        d for d, x in zip(vs_original, images, strict=True) if np.array_equal(centred(x), x * 16 / x.max())
     ]
     assert len(already_centred) >= 25 and max(already_centred) < 0.05
     # ... and every digit comes back as its centred self.

@@ -13,6 +13,7 @@ from fastapi import APIRouter
 from fastapi.testclient import TestClient
 
 from api.app import create_app
+from api.deadlines import DeadlineExceeded
 from api.errors import ERROR_TABLE, MAX_VALIDATION_ERRORS, bounded, bounded_validation_errors, classify
 from api.serving_client import (
     Code,
@@ -24,7 +25,6 @@ from api.serving_client import (
     ServingTimeout,
     ServingUnavailable,
 )
-from api.deadlines import DeadlineExceeded
 from api.settings import Settings
 from tests.api.stack import transactions
 
@@ -163,6 +163,8 @@ def test_bounded_echoes() -> None:
     assert bounded({"a": 1}) == {"a": 1}
     assert bounded(list(range(1000))).startswith("<array of ")
     assert bounded(b"\xff" * 300).endswith("…")
-    errors = [{"type": "t", "loc": ("body", "x" * 100), "msg": "m", "input": "z" * 10_000, "ctx": {"error": ValueError("v")}}]
+    errors = [
+        {"type": "t", "loc": ("body", "x" * 100), "msg": "m", "input": "z" * 10_000, "ctx": {"error": ValueError("v")}}
+    ]
     [item] = bounded_validation_errors(errors)
     assert len(item["loc"][1]) == 65 and len(item["input"]) == 201 and item["ctx"] == {"error": "v"}

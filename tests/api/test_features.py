@@ -29,7 +29,7 @@ BASE = {
 
 def features(**changes: object) -> dict[str, float]:
     body = {**BASE, **changes}
-    return dict(zip(FEATURE_NAMES, extract_features(Transaction.model_validate(body))))
+    return dict(zip(FEATURE_NAMES, extract_features(Transaction.model_validate(body)), strict=True))
 
 
 def test_vector_length_and_order() -> None:

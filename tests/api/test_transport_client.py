@@ -112,7 +112,12 @@ def test_json_tensors_must_be_rectangular() -> None:
     [
         (400, "Expects arg[0] to be float but double is provided", Code.INVALID_ARGUMENT, ServingRejected),
         (400, 'Serving signature key "nope" not found.', Code.FAILED_PRECONDITION, ServingMisconfigured),
-        (400, 'Serving signature name: "nope" not found in signature def', Code.FAILED_PRECONDITION, ServingMisconfigured),
+        (
+            400,
+            'Serving signature name: "nope" not found in signature def',
+            Code.FAILED_PRECONDITION,
+            ServingMisconfigured,
+        ),
         (404, "Servable not found for request: Latest(fraud)", Code.NOT_FOUND, ServingNotFound),
         (429, "queue full", Code.RESOURCE_EXHAUSTED, ServingUnavailable),
         (500, "boom", Code.INTERNAL, ServingInternalError),
@@ -299,7 +304,11 @@ async def test_a_dead_pooled_connection_is_retried_on_a_fresh_one() -> None:
                 closed += 1
                 return
             length = next(
-                (int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")),
+                (
+                    int(line.split(b":")[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length")
+                ),
                 0,
             )
             await reader.readexactly(length)
@@ -309,7 +318,8 @@ async def test_a_dead_pooled_connection_is_retried_on_a_fresh_one() -> None:
                 closed += 1
                 return
             body = b'{"outputs": [[0.5], [0.5]]}'
-            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+            head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(body)
+            writer.write(head + body)
             await writer.drain()
             answered += 1
 

@@ -95,7 +95,7 @@ def setup(
         ref = paced(1000.0, ref_p99, kept=kept)
         result.fixed_rate.append(FixedRateRun("reference", None, True, ref, CPU))
     if pss is not None:
-        for workers, mb in zip((1, 4), pss):
+        for workers, mb in zip((1, 4), pss, strict=True):
             result.memory.append(MemoryRun(workers, [ProcessMemory(1, "api", mb, mb * 2)]))
     return result
 

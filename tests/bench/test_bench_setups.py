@@ -80,7 +80,7 @@ def test_body_pool_is_valid_varied_and_starts_with_the_id() -> None:
     bodies = body_pool(200)
     assert len(bodies) == 200
     parsed = [orjson.loads(b) for b in bodies]
-    for body, raw in zip(parsed, bodies):
+    for body, raw in zip(parsed, bodies, strict=True):
         Transaction.model_validate(body)
         assert raw.startswith(b'{"transaction_id":"')
     assert len({b["transaction_id"] for b in parsed}) == 200

@@ -18,14 +18,13 @@ import grpc
 import numpy as np
 import pytest
 import tensorflow as tf
+from google.protobuf import text_format
 from tensorflow_serving.apis import (
     get_model_status_pb2,
     model_service_pb2_grpc,
     predict_pb2,
     prediction_service_pb2_grpc,
 )
-
-from google.protobuf import text_format
 
 from serving import flags
 from serving.errors import Code, ServingError

@@ -24,9 +24,8 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from serving_testlib import REPO_ROOT, free_port
-
 import tensorflow as tf
+from serving_testlib import REPO_ROOT, free_port
 from tensorflow.core.protobuf.meta_graph_pb2 import SignatureDef
 from tensorflow_serving.apis import (
     classification_pb2,
