@@ -6,6 +6,10 @@
 Nothing happens at import time: settings are read inside `create_app`, and the
 serving client (HTTP/1.1 connection pools or gRPC channels, `api.serving_client.open_serving_client`)
 is created in the lifespan, i.e. in each worker after fork, inside its event loop.
+
+Middleware: one, `api.middleware.RequestMiddleware`, owns each request's context, limits,
+timing and error answer; FastAPI's own validation and HTTP errors are answered in the
+same shape by the handlers of `api.errors`.
 """
 
 from __future__ import annotations
@@ -19,8 +23,10 @@ from fastapi import FastAPI
 from api.cpu_budget import available_cpus
 from api.digits import DigitClassifier
 from api.errors import install_error_handlers
-from api.limits import install_limits
+from api.limits import Limits
+from api.middleware import RequestMiddleware
 from api.observability import install_observability
+from api.request_context import outgoing_headers
 from api.routes import digits, fraud, health
 from api.scoring import FraudScorer, ServedModel
 from api.serving_client import open_serving_client
@@ -37,7 +43,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with open_serving_client(settings) as client:
+        async with open_serving_client(settings.serving_client_config(), metadata=outgoing_headers) as client:
             app.state.serving_client = client
             app.state.fraud_scorer = FraudScorer(
                 ServedModel(
@@ -71,10 +77,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     install_error_handlers(app)
-    # Admission limits sit inside the observability middleware (added after them, so
-    # outermost): refusals are still timed, logged and carry the request id.
-    install_limits(app, settings, path_body_limits={"/v1/digits/classify": digits.max_body_size(settings)})
     observability = install_observability(app, settings)
+    app.add_middleware(
+        RequestMiddleware,
+        limits=Limits(
+            max_in_flight=settings.max_in_flight_requests,
+            request_timeout_s=settings.request_timeout_s,
+            max_body_bytes=settings.max_body_bytes,
+            path_body_limits={"/v1/digits/classify": digits.max_body_size(settings)},
+        ),
+        metrics=observability.metrics,
+        loop_monitor=observability.loop_monitor,
+        access_log=observability.access_log,
+    )
     app.include_router(health.router)
     app.include_router(fraud.router)
     app.include_router(digits.router)

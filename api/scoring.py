@@ -94,9 +94,10 @@ class LatestVersion:
             # Every waiter may have given up; mark the error seen so it is not logged
             # as "never retrieved" (each waiter still gets it raised).
             self._refresh.add_done_callback(lambda t: t.cancelled() or t.exception())
-        budget = self._status_timeout_s if deadline is None else deadline.remaining()
+        if deadline is None:
+            deadline = Deadline.after(self._status_timeout_s)
         try:
-            async with asyncio.timeout(max(0.0, budget)):
+            async with deadline.timeout():
                 return await asyncio.shield(self._refresh)
         except TimeoutError:
             raise ServingTimeout("no model status within the request deadline") from None
@@ -136,6 +137,8 @@ class ServedModel:
         self.signature_name = signature_name
         self._client = client
         self.latest = LatestVersion(client, model_name, version_ttl_s, status_timeout_s=status_timeout_s)
+        # The spec predicts are pinned to: built once per version, not per call.
+        self._spec = ModelSpec(model_name, signature_name)
 
     async def predict(
         self, inputs: Mapping[str, Tensor], deadline: Deadline, *, outputs: Sequence[str] = ()
@@ -158,9 +161,10 @@ class ServedModel:
         """
         for attempt in (1, 2):
             version = await self.latest.get(deadline)
-            request = PredictRequest(
-                ModelSpec(self.model_name, self.signature_name, version), inputs, tuple(outputs)
-            )
+            spec = self._spec
+            if spec.version != version:
+                spec = self._spec = ModelSpec(self.model_name, self.signature_name, version)
+            request = PredictRequest(spec, inputs, tuple(outputs))
             try:
                 response = await self._client.predict(request, deadline)
             except ServingNotFound:

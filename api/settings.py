@@ -14,6 +14,8 @@ from typing import Annotated, Literal
 from pydantic import AnyHttpUrl, BeforeValidator, Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from api.serving_client import ClientConfig, CoalescingConfig
+
 
 def _upper(value: object) -> object:
     """Level names are accepted in any case (`LOG_LEVEL=debug`)."""
@@ -53,7 +55,7 @@ class Settings(BaseSettings):
         "decoding (decompression-bomb guard); larger is answered 422. A decode holds up to "
         "about 5 bytes per pixel (RGBA plus grayscale) while it runs.",
     )
-    # The serving path (api.serving_client, api.coalescing, api.limits).
+    # The serving path (api.serving_client, api.limits).
     serving_protocol: Literal["rest", "grpc"] = Field(
         default="rest", description="How the API calls serving: TF Serving's REST or gRPC API."
     )
@@ -157,6 +159,31 @@ class Settings(BaseSettings):
     def serving_pool_size(self) -> int:
         """REST connections per API process: SERVING_MAX_CONNECTIONS or the in-flight limit."""
         return self.serving_max_connections or self.max_in_flight_requests
+
+    def serving_client_config(self) -> ClientConfig:
+        """The serving client's configuration (`api.serving_client.open_serving_client`)."""
+        coalescing = (
+            CoalescingConfig(
+                window_s=self.coalescing_window_ms / 1000.0,
+                max_batch_rows=self.coalescing_max_batch_rows,
+                eager_batches=self.coalescing_eager_batches,
+            )
+            if self.coalescing_enabled
+            else None
+        )
+        return ClientConfig(
+            protocol=self.serving_protocol,
+            rest_targets=tuple(self.serving_rest_targets),
+            grpc_targets=tuple(self.serving_grpc_targets),
+            call_timeout_s=self.serving_timeout_s,
+            connect_timeout_s=self.serving_connect_timeout_s,
+            max_connections=self.serving_pool_size,
+            keepalive_expiry_s=self.serving_keepalive_expiry_s,
+            max_attempts=self.serving_max_attempts,
+            eject_s=self.serving_eject_s,
+            coalescing=coalescing,
+        )
+
     model_version_ttl_s: float = Field(
         default=5.0,
         ge=0.0,

@@ -7,11 +7,12 @@ the `digits` model on the serving tier (`api.digits`).
 
 Errors, all in the API's error shape (`api.errors`):
 - 413 when the body is larger than `max_body_size(settings)` (the image limit plus
-  multipart framing): answered by `api.limits.BodySizeLimitMiddleware`, which the app
-  factory gives this path that limit, from `Content-Length` before the body is read or
-  as soon as a chunked body passes it (FastAPI parses and spools a multipart body
-  before any endpoint code runs, so the limit must sit in front of it); and 413 here
-  when the image itself, once parsed, is larger than the limit;
+  multipart framing): answered by `api.middleware.RequestMiddleware`, to which the app
+  factory gives this path that limit (`api.limits.Limits.path_body_limits`), from
+  `Content-Length` before the body is read or as soon as a chunked body passes it
+  (FastAPI parses and spools a multipart body before any endpoint code runs, so the
+  limit must sit in front of it); and 413 here when the image itself, once parsed, is
+  larger than the limit;
 - 422 when the field is missing (FastAPI's validation), or the file is not a PNG/JPEG,
   is truncated or corrupt, has too many pixels, or shows no digit (FastAPI's
   validation-error format, `loc` `["body", "image"]`);
@@ -20,7 +21,6 @@ Errors, all in the API's error shape (`api.errors`):
 
 from __future__ import annotations
 
-import uuid
 from functools import partial
 
 import anyio.to_thread
@@ -31,8 +31,7 @@ from starlette.responses import Response
 from api.digits import DigitClassifier, DigitPrediction
 from api.errors import error_response
 from api.images import ImageError, preprocess_digit
-from api.limits import request_deadline
-from api.request_context import RequestContext, current_request
+from api.request_context import current_context
 from api.schemas import ModelInfo
 from api.settings import Settings
 
@@ -87,10 +86,10 @@ async def classify(
     body, before this runs), `features` (reading and preprocessing the image),
     `serving`.
     """
-    ctx = current_request() or RequestContext(request_id=uuid.uuid4().hex)
+    ctx = current_context()
     ctx.stage_since_start("validate")
     settings: Settings = request.app.state.settings
-    deadline = request_deadline(request)
+    deadline = ctx.deadline
     limit = settings.digits_max_image_bytes
     with ctx.stage("features"):
         data = await image.read(limit + 1)

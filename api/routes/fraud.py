@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import time
-import uuid
 
 from fastapi import APIRouter, Request
 
 from api.events import EventPublisher, ScoreEvent
 from api.features import extract_features
-from api.limits import request_deadline
-from api.request_context import RequestContext, current_request
+from api.request_context import current_context
 from api.schemas import FraudScore, ModelInfo, Transaction
 from api.scoring import FraudScorer
 
@@ -30,20 +28,18 @@ async def score(transaction: Transaction, request: Request) -> FraudScore:
     """Validate, extract features (pure, on the loop: microseconds), await serving.
 
     Stages (`api.request_context`): `validate` (FastAPI's body parsing and validation,
-    before this runs), `features`, `serving`. The request's deadline (`api.limits`)
+    before this runs), `features`, `serving`. The request's deadline (`ctx.deadline`)
     bounds the serving call; a request already past it is answered 504 without calling
-    serving. Publishes one `ScoreEvent` per score.
+    serving (the client checks it before each call). Publishes one `ScoreEvent` per score.
     """
-    ctx = current_request() or RequestContext(request_id=uuid.uuid4().hex)
+    ctx = current_context()
     ctx.stage_since_start("validate")
     scorer: FraudScorer = request.app.state.fraud_scorer
     threshold: float = request.app.state.settings.fraud_threshold
     with ctx.stage("features"):
         row = extract_features(transaction)
-    deadline = request_deadline(request)
-    deadline.check("calling serving")
     with ctx.stage("serving"):
-        scores = await scorer.score([row], deadline)
+        scores = await scorer.score([row], ctx.deadline)
     ctx.set_model(scorer.model_name, scores.version)
     value = scores.values[0]  # in [0, 1]: FraudScorer refuses anything else
     is_fraud = value >= threshold

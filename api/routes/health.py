@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from pydantic import BaseModel
 
-from api.limits import request_deadline
+from api.request_context import current_context
 from api.schemas import ModelInfo
 from api.scoring import FraudScorer
 from api.serving_client import ServingError, ServingUnavailable
@@ -44,7 +44,7 @@ async def readyz(request: Request) -> Readiness:
     scorer: FraudScorer = request.app.state.fraud_scorer
     scorer.latest.invalidate()
     try:
-        version = await scorer.latest.get(request_deadline(request))
+        version = await scorer.latest.get(current_context().deadline)
     except ServingUnavailable:
         raise
     except ServingError as exc:

@@ -23,14 +23,13 @@ from api.protos.tensorflow_serving.apis import (
     model_service_pb2_grpc,
     prediction_service_pb2_grpc,
 )
-from api.request_context import outgoing_headers
 from api.serving_client._errors import (
     DEADLINE_PASSED,
     UNREACHABLE,
     Code,
     ServingError,
     ServingRejected,
-    ServingTimeout,
+    call_budget,
     error_for_code,
 )
 from api.serving_client._tensor_proto import (
@@ -38,7 +37,13 @@ from api.serving_client._tensor_proto import (
     predict_request_to_proto,
     predict_response_from_proto,
 )
-from api.serving_client._types import ModelStatus, PredictRequest, PredictResponse
+from api.serving_client._types import (
+    MetadataProvider,
+    ModelStatus,
+    PredictRequest,
+    PredictResponse,
+    no_metadata,
+)
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
@@ -67,11 +72,13 @@ class GrpcTransport:
         target: "host:port" of the replica's gRPC port.
         call_timeout_s: upper bound of one call, seconds; the request's deadline
             usually ends it sooner.
+        metadata: gRPC metadata added to every call, read per call (e.g. the request id).
     """
 
-    def __init__(self, target: str, *, call_timeout_s: float) -> None:
+    def __init__(self, target: str, *, call_timeout_s: float, metadata: MetadataProvider = no_metadata) -> None:
         self.target = target
         self._call_timeout_s = call_timeout_s
+        self._metadata = metadata
         self._channel = grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
         self._predict = prediction_service_pb2_grpc.PredictionServiceStub(self._channel).Predict
         self._status = model_service_pb2_grpc.ModelServiceStub(self._channel).GetModelStatus
@@ -112,10 +119,8 @@ class GrpcTransport:
 
     async def _call(self, method: grpc.aio.UnaryUnaryMultiCallable, message: Any, deadline: Deadline) -> Any:
         """One unary call with the deadline's remaining budget as its gRPC deadline."""
-        budget = min(deadline.remaining(), self._call_timeout_s)
-        if budget <= 0:
-            raise ServingTimeout("request deadline passed before the call", target=self.target)
-        metadata = tuple(outgoing_headers().items())
+        budget = call_budget(deadline, self._call_timeout_s, self.target)
+        metadata = tuple(self._metadata().items())
         try:
             return await method(message, timeout=budget, metadata=metadata)
         except grpc.aio.AioRpcError as exc:

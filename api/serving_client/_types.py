@@ -10,13 +10,22 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from api.deadlines import Deadline
 
 Scalar = float | int | bool | bytes
+
+# Metadata sent with every call: REST headers and gRPC metadata alike (lower-case keys),
+# read per call from the caller's context (the API passes its request id this way).
+MetadataProvider = Callable[[], Mapping[str, str]]
+
+
+def no_metadata() -> Mapping[str, str]:
+    """The default `MetadataProvider`: nothing added to calls."""
+    return {}
 
 
 class DataType(enum.IntEnum):
@@ -186,7 +195,7 @@ class ServingClient(Protocol):
 
     Implemented by `RestTransport` and `GrpcTransport` (one replica each),
     `ReplicatedClient` (round-robin and retries over several) and
-    `api.coalescing.CoalescingClient` (merges concurrent predicts). Each method raises
+    `CoalescingClient` (merges concurrent predicts). Each method raises
     only `ServingError` subclasses, and gives up by `deadline`.
     """
 

@@ -1,6 +1,6 @@
 """`POST /v1/digits/classify` in process: upload limits and input errors, and the
-classifier's contract with serving through the REST client's `MockClient` (the production
-seam).
+classifier's contract with serving through a fake `ServingClient` (the client's public
+protocol; the wire formats are the transports' own tests').
 
 The route tests point the app at a port where nothing listens: every case here is
 answered before serving would be called (serving itself is covered end to end in
@@ -9,14 +9,11 @@ tests/test_digits_end_to_end.py).
 
 from __future__ import annotations
 
-import contextlib
 import subprocess
 import sys
 from collections.abc import Iterator
 
 import httpx
-import numpy as np
-import orjson
 import pytest
 from fastapi.testclient import TestClient
 
@@ -27,11 +24,14 @@ from api.routes.digits import MULTIPART_ALLOWANCE_BYTES
 from api.scoring import ServedModel
 from api.serving_client import (
     DataType,
-    RestTransport,
+    ModelStatus,
+    PredictRequest,
+    PredictResponse,
     ServingBadResponse,
     ServingNotFound,
+    Tensor,
+    VersionStatus,
 )
-from api.serving_client._http1 import MockClient, Request, Response
 from api.settings import Settings
 from models.digits_data import encode, load_split, render
 from tests.support import REPO
@@ -163,66 +163,45 @@ def test_openapi_documents_the_upload(client: TestClient) -> None:
     assert {"200", "413", "422", "503"} <= set(op["responses"])
 
 
-# --- DigitClassifier against a fake TF Serving REST API (MockClient) -----------------
-
-
-def json_response(status: int, body: object) -> Response:
-    content = orjson.dumps(body)
-    return Response(status, "", {"content-type": "application/json"}, content)
+# --- DigitClassifier against a fake serving client -----------------------------------
 
 
 class FakeServing:
-    """Answers model status and predict like TF Serving's REST API, recording calls."""
+    """A `ServingClient` answering model status and predict, recording the predicts."""
 
-    def __init__(
-        self, *, versions: list[int], outputs: object, missing: frozenset[int] = frozenset()
-    ) -> None:
+    def __init__(self, *, versions: list[int], outputs: dict[str, Tensor], missing: frozenset[int] = frozenset()):
         self.versions = versions
         self.outputs = outputs
         self.missing = missing
-        self.predicts: list[tuple[str, dict]] = []
+        self.predicts: list[PredictRequest] = []
 
-    def __call__(self, request: Request) -> Response:
-        path = request.path
-        if request.method == "GET" and path == "/v1/models/digits":
-            return json_response(
-                200,
-                {
-                    "model_version_status": [
-                        {"version": str(v), "state": "AVAILABLE", "status": {"error_code": "OK"}}
-                        for v in self.versions
-                    ]
-                },
-            )
-        if request.method == "POST" and path.endswith(":predict"):
-            body = orjson.loads(request.body)
-            self.predicts.append((path, body))
-            version = int(path.split("/versions/")[1].split(":")[0])
-            if version in self.missing:
-                return json_response(404, {"error": f"Servable not found: version {version}"})
-            return json_response(200, {"outputs": self.outputs})
-        return json_response(404, {"error": "no such path"})
+    async def model_status(self, model_name: str, deadline: Deadline) -> ModelStatus:
+        assert model_name == "digits"
+        return ModelStatus(tuple(VersionStatus(v, "AVAILABLE") for v in self.versions))
+
+    async def predict(self, request: PredictRequest, deadline: Deadline) -> PredictResponse:
+        self.predicts.append(request)
+        if request.model_spec.version in self.missing:
+            raise ServingNotFound(f"Servable not found: version {request.model_spec.version}")
+        return PredictResponse(self.outputs)
+
+    async def aclose(self) -> None:
+        pass
 
 
 GRID = [[[float(r + c)] for c in range(8)] for r in range(8)]
 
 
+def unnamed(rows: list[list[float]]) -> dict[str, Tensor]:
+    """A single unnamed output, as TF Serving's REST answer for a one-output signature has it."""
+    return {"": Tensor.from_rows(rows)}
+
+
 async def classify_with(fake: FakeServing, n_images: int = 1) -> Classes:
-    http = MockClient(fake)
-    async with contextlib.aclosing(http):
-        transport = RestTransport(
-            http, "http://serving:8501", call_timeout_s=2.0, connect_timeout_s=0.5
-        )
-        classifier = DigitClassifier(
-            ServedModel(
-                transport,
-                model_name="digits",
-                signature_name="serving_default",
-                version_ttl_s=60.0,
-                status_timeout_s=2.0,
-            )
-        )
-        return await classifier.classify([GRID] * n_images, Deadline.after(5.0))
+    classifier = DigitClassifier(
+        ServedModel(fake, model_name="digits", version_ttl_s=60.0, status_timeout_s=2.0)
+    )
+    return await classifier.classify([GRID] * n_images, Deadline.after(5.0))
 
 
 def probs(hot: int) -> list[float]:
@@ -231,45 +210,47 @@ def probs(hot: int) -> list[float]:
 
 @pytest.mark.anyio
 async def test_classifier_sends_the_signature_and_pins_the_version() -> None:
-    fake = FakeServing(versions=[1, 2], outputs=[probs(7), probs(2)])
+    fake = FakeServing(versions=[1, 2], outputs=unnamed([probs(7), probs(2)]))
     classes = await classify_with(fake, n_images=2)
     assert classes.version == 2
     assert classes.probabilities == [probs(7), probs(2)]
-    [(path, body)] = fake.predicts
-    assert path == "/v1/models/digits/versions/2:predict"
-    assert body.get("signature_name", "serving_default") == "serving_default"
-    image = body["inputs"]["image"] if "inputs" in body else [i["image"] for i in body["instances"]]
-    assert np.asarray(image).shape == (2, 8, 8, 1)
-    assert image[0][3][5] == [8.0]  # row-major [batch, row, col, channel]
+    [request] = fake.predicts
+    assert (request.model_spec.name, request.model_spec.signature_name, request.model_spec.version) == (
+        "digits", "serving_default", 2,
+    )  # fmt: skip
+    image = request.inputs["image"]
+    assert image.shape == (2, 8, 8, 1) and image.dtype == DataType.DT_FLOAT
+    assert image.values[3 * 8 + 5] == 8.0  # row-major [batch, row, col, channel]
 
 
 @pytest.mark.anyio
 async def test_classifier_accepts_the_named_output_too() -> None:
-    fake = FakeServing(versions=[1], outputs={"probabilities": [probs(4)]})
+    fake = FakeServing(versions=[1], outputs={"probabilities": Tensor.from_rows([probs(4)])})
     assert (await classify_with(fake)).probabilities == [probs(4)]
 
 
 @pytest.mark.anyio
 async def test_classifier_rereads_status_once_when_the_version_went_away() -> None:
-    fake = FakeServing(versions=[3], outputs=[probs(1)], missing=frozenset({3}))
+    fake = FakeServing(versions=[3], outputs=unnamed([probs(1)]), missing=frozenset({3}))
     with pytest.raises(ServingNotFound):
         await classify_with(fake)
-    assert [p for p, _ in fake.predicts] == ["/v1/models/digits/versions/3:predict"] * 2
+    assert [p.model_spec.version for p in fake.predicts] == [3, 3]
 
 
 @pytest.mark.anyio
 @pytest.mark.parametrize(
     "outputs",
     [
-        [[0.1] * 9],  # 9 classes
-        [probs(1), probs(2)],  # 2 rows for 1 image
-        [[0.1] * 9 + [2.0]],  # not a probability
-        [[0.1] * 9 + [None]],
-        [["a"] * 10],
-        "nonsense",
+        unnamed([[0.1] * 9]),  # 9 classes
+        unnamed([probs(1), probs(2)]),  # 2 rows for 1 image
+        unnamed([[0.1] * 9 + [2.0]]),  # not a probability
+        unnamed([[0.1] * 9 + [float("nan")]]),
+        {"": Tensor((1, 10), [b"a"] * 10)},  # not numbers
+        {"": Tensor((10,), [0.1] * 10)},  # no batch dimension
+        {"other": Tensor.from_rows([probs(1)])},  # not the output asked for
     ],
 )
-async def test_classifier_refuses_a_malformed_answer(outputs: object) -> None:
+async def test_classifier_refuses_a_malformed_answer(outputs: dict[str, Tensor]) -> None:
     with pytest.raises(ServingBadResponse):
         await classify_with(FakeServing(versions=[1], outputs=outputs))
 

