@@ -20,7 +20,7 @@ from api.features import extract_features
 from api.schemas import Transaction
 from models.transactions import generate_transactions
 from tests.api.fake_serving import fake_score
-from tests.support import Proc, free_port, start_api, wait_until
+from tests.support import Proc, free_port, http_ok, start_api, wait_until
 
 
 def transactions(n: int, seed: int = 7) -> list[dict[str, Any]]:
@@ -35,13 +35,6 @@ def expected_score(body: dict[str, Any]) -> float:
 
 def get_json(url: str) -> Any:
     return httpx.get(url, timeout=5).json()
-
-
-def answers_ok(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=1.0).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 @dataclass
@@ -82,7 +75,7 @@ def wait_ready(*fakes: FakeServing) -> None:
 
         def ready(fake: FakeServing = fake) -> bool:
             assert fake.proc.alive(), fake.proc.log()
-            return answers_ok(fake.url + "/v1/models/fraud")
+            return http_ok(fake.url + "/v1/models/fraud")
 
         wait_until(ready, 120, f"fake serving on port {fake.rest_port}")
 
@@ -111,7 +104,7 @@ def start_api_process(tmp: Path, name: str, serving_url: str, **env: str) -> Api
 
     def ready() -> bool:
         assert proc.alive(), proc.log()
-        return answers_ok(api.url + "/readyz")
+        return http_ok(api.url + "/readyz")
 
     wait_until(ready, 60, f"API {name} /readyz")
     return api

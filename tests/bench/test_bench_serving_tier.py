@@ -22,7 +22,7 @@ from tensorflow_serving.apis import predict_pb2
 
 import bench.serving_tier as serving_tier
 from bench.load import LoadToolError
-from bench.processes import REPO, SetupError, free_port
+from bench.processes import SetupError
 from bench.serving_tier import (
     GOAL_GRPC_RPS_ONE_CORE,
     GOAL_PREDICTIONS_PER_S,
@@ -46,7 +46,7 @@ from bench.serving_tier import (
     write_grpc_body,
     write_rest_pool,
 )
-from tests.support import wait_until
+from tests.support import REPO, free_port, wait_until
 
 DATA = Path(__file__).parent / "data"
 
