@@ -1,5 +1,5 @@
 # make run   - create .venv if missing, install, start serving + API on the example models
-# make test  - the test suite (what CI runs)
+# make test  - ruff, the import contracts (lint-imports) and the test suite (what CI runs)
 # make model - retrain and re-export the examples (models/fraud/1, models/digits/1)
 # make doctor - check the CPU budget of both tiers, blocking async endpoints, gunicorn preload
 # make protos - regenerate the API's TF Serving protos (api/protos/*_pb2*.py) from their .proto files
@@ -31,6 +31,7 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m ruff check .
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest
 
 model: $(STAMP)
