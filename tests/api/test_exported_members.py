@@ -12,6 +12,7 @@ import ast
 import api.serving_client as serving_client
 from tests.support import REPO
 
+
 def test_all_public_members_are_exported_sorted() -> None:
     public = [name for name in vars(serving_client) if not name.startswith("_")]
     assert serving_client.__all__ == sorted(public)
