@@ -3,6 +3,9 @@
     async with open_serving_client(ClientConfig(protocol="grpc")) as client:
         response = await client.predict(PredictRequest(ModelSpec("fraud"), inputs), deadline)
 
+`predict`, `model_status` and `model_metadata` are TF Serving's Predict, GetModelStatus and
+GetModelMetadata (its "signature_def" field).
+
 Transport-neutral: `predict` and `model_status` are implemented once over REST
 (`_rest`, TF Serving's REST API, api_rest.md) and once over gRPC (`_grpc`,
 prediction_service.proto / model_service.proto through the project's own protos in
@@ -35,12 +38,15 @@ from api.serving_client._factory import ClientConfig, CoalescingConfig, open_ser
 from api.serving_client._types import (
     DataType,
     MetadataProvider,
+    ModelMetadata,
     ModelSpec,
     ModelStatus,
     PredictRequest,
     PredictResponse,
     ServingClient,
+    SignatureInfo,
     Tensor,
+    TensorInfo,
     VersionStatus,
 )
 
@@ -50,6 +56,7 @@ __all__ = [
     "Code",
     "DataType",
     "MetadataProvider",
+    "ModelMetadata",
     "ModelSpec",
     "ModelStatus",
     "PredictRequest",
@@ -63,7 +70,9 @@ __all__ = [
     "ServingRejected",
     "ServingTimeout",
     "ServingUnavailable",
+    "SignatureInfo",
     "Tensor",
+    "TensorInfo",
     "VersionStatus",
     "open_serving_client",
 ]

@@ -46,7 +46,14 @@ from api.serving_client._errors import (
     ServingTimeout,
     ServingUnavailable,
 )
-from api.serving_client._types import ModelStatus, PredictRequest, PredictResponse, ServingClient, Tensor
+from api.serving_client._types import (
+    ModelMetadata,
+    ModelStatus,
+    PredictRequest,
+    PredictResponse,
+    ServingClient,
+    Tensor,
+)
 
 
 def batch_key(request: PredictRequest) -> Hashable | None:
@@ -201,6 +208,10 @@ class CoalescingClient:
     async def model_status(self, model_name: str, deadline: Deadline) -> ModelStatus:
         """Passed through: status calls are not batched."""
         return await self._inner.model_status(model_name, deadline)
+
+    async def model_metadata(self, model_name: str, version: int, deadline: Deadline) -> ModelMetadata:
+        """Passed through: metadata calls are not batched."""
+        return await self._inner.model_metadata(model_name, version, deadline)
 
     async def aclose(self) -> None:
         """Send what is queued, wait for batches in flight, then close the inner client."""

@@ -33,12 +33,15 @@ from api.serving_client._errors import (
     error_for_code,
 )
 from api.serving_client._tensor_proto import (
+    model_metadata_from_proto,
+    model_metadata_request,
     model_status_from_proto,
     predict_request_to_proto,
     predict_response_from_proto,
 )
 from api.serving_client._types import (
     MetadataProvider,
+    ModelMetadata,
     ModelStatus,
     PredictRequest,
     PredictResponse,
@@ -80,7 +83,9 @@ class GrpcTransport:
         self._call_timeout_s = call_timeout_s
         self._metadata = metadata
         self._channel = grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
-        self._predict = prediction_service_pb2_grpc.PredictionServiceStub(self._channel).Predict
+        prediction_service = prediction_service_pb2_grpc.PredictionServiceStub(self._channel)
+        self._predict = prediction_service.Predict
+        self._metadata_call = prediction_service.GetModelMetadata
         self._status = model_service_pb2_grpc.ModelServiceStub(self._channel).GetModelStatus
 
     def __repr__(self) -> str:
@@ -112,6 +117,19 @@ class GrpcTransport:
         message = get_model_status_pb2.GetModelStatusRequest()
         message.model_spec.name = model_name
         return model_status_from_proto(await self._call(self._status, message, deadline))
+
+    async def model_metadata(self, model_name: str, version: int, deadline: Deadline) -> ModelMetadata:
+        """`PredictionService.GetModelMetadata` of one version, "signature_def" field.
+
+        Raises:
+            ServingError subclasses (see `api.serving_client`).
+        """
+        answer = await self._call(self._metadata_call, model_metadata_request(model_name, version), deadline)
+        try:
+            return model_metadata_from_proto(answer, version)
+        except ServingError as exc:
+            exc.target = self.target
+            raise
 
     async def aclose(self) -> None:
         """Close the channel (calls still running are cancelled)."""

@@ -41,6 +41,7 @@ from api.serving_client._http1 import (
 )
 from api.serving_client._types import (
     MetadataProvider,
+    ModelMetadata,
     ModelStatus,
     PredictRequest,
     PredictResponse,
@@ -127,6 +128,20 @@ class RestTransport:
         answer = await self._call("GET", f"/v1/models/{quote(model_name, safe='')}", deadline)
         try:
             return _json.model_status(answer)
+        except ServingError as exc:
+            exc.target = self.target
+            raise
+
+    async def model_metadata(self, model_name: str, version: int, deadline: Deadline) -> ModelMetadata:
+        """`GET /v1/models/{name}/versions/{v}/metadata`: the version's SignatureDefs.
+
+        Raises:
+            ServingError subclasses (see `api.serving_client`).
+        """
+        path = f"/v1/models/{quote(model_name, safe='')}/versions/{version}/metadata"
+        answer = await self._call("GET", path, deadline)
+        try:
+            return _json.model_metadata(answer, version)
         except ServingError as exc:
             exc.target = self.target
             raise

@@ -190,6 +190,44 @@ class ModelStatus:
         return max(available) if available else None
 
 
+@dataclass(frozen=True, slots=True)
+class TensorInfo:
+    """One input or output of a SignatureDef (meta_graph.proto `TensorInfo`).
+
+    Attributes:
+        dtype: element type.
+        shape: dimensions, -1 where unknown (the batch, usually); None when the rank is
+            unknown.
+        name: the graph tensor it feeds or fetches, e.g. "serving_default_features:0".
+    """
+
+    dtype: DataType
+    shape: tuple[int, ...] | None
+    name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SignatureInfo:
+    """A SignatureDef (meta_graph.proto): its inputs and outputs by alias, and its method."""
+
+    inputs: Mapping[str, TensorInfo]
+    outputs: Mapping[str, TensorInfo]
+    method_name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelMetadata:
+    """GetModelMetadataResponse with its "signature_def" field (get_model_metadata.proto).
+
+    Attributes:
+        version: the version described.
+        signatures: SignatureDef key -> signature.
+    """
+
+    version: int
+    signatures: Mapping[str, SignatureInfo]
+
+
 class ServingClient(Protocol):
     """What the API needs from the serving tier, whatever the transport.
 
@@ -205,6 +243,10 @@ class ServingClient(Protocol):
 
     async def model_status(self, model_name: str, deadline: Deadline) -> ModelStatus:
         """Every version's state of `model_name` (TF Serving GetModelStatus)."""
+        ...
+
+    async def model_metadata(self, model_name: str, version: int, deadline: Deadline) -> ModelMetadata:
+        """The SignatureDefs of one version (TF Serving GetModelMetadata, "signature_def")."""
         ...
 
     async def aclose(self) -> None:
