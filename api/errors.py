@@ -59,8 +59,21 @@ logger = logging.getLogger("api.errors")
 # Seconds a client should wait before retrying a 503 (`Retry-After`).
 RETRY_AFTER_S = 1
 
+class PayloadTooLarge(Exception):
+    """A request's payload (an uploaded file) is over its route's limit (HTTP 413).
+
+    Attributes:
+        message: what was too large, safe to show to callers.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
 # Exception class -> (HTTP status, code, send Retry-After). Most specific first.
 ERROR_TABLE: tuple[tuple[type[Exception], int, str, bool], ...] = (
+    (PayloadTooLarge, 413, "payload_too_large", False),
     (DeadlineExceeded, 504, "deadline_exceeded", False),
     (ServingTimeout, 504, "deadline_exceeded", False),
     (ServingUnavailable, 503, "serving_unavailable", True),
@@ -76,20 +89,25 @@ MAX_VALIDATION_ERRORS = 20
 MAX_ECHO_CHARS = 200
 
 
-def error_body(status: int, code: str, detail: Any) -> bytes:
-    """The JSON error body: `{"detail", "code", "request_id"}` (see module doc)."""
+def error_body(status: int, code: str, detail: Any, extra: Mapping[str, Any] | None = None) -> bytes:
+    """The JSON error body: `{"detail", "code", "request_id"}` (see module doc), and `extra`'s
+    keys after them where an answer says more (`/readyz`'s per-model report)."""
     ctx = current_request()
-    return orjson.dumps(
-        {"detail": detail, "code": code, "request_id": ctx.request_id if ctx is not None else None}
-    )
+    body = {"detail": detail, "code": code, "request_id": ctx.request_id if ctx is not None else None}
+    return orjson.dumps({**body, **extra} if extra else body)
 
 
 def error_response(
-    status: int, code: str, detail: Any, headers: Mapping[str, str] | None = None
+    status: int,
+    code: str,
+    detail: Any,
+    headers: Mapping[str, str] | None = None,
+    *,
+    extra: Mapping[str, Any] | None = None,
 ) -> Response:
     """A `Response` in the API's error shape (also used by the ASGI middleware)."""
     return Response(
-        error_body(status, code, detail),
+        error_body(status, code, detail, extra),
         status_code=status,
         headers=dict(headers or {}),
         media_type="application/json",

@@ -450,6 +450,9 @@ def start(
             "API_BIND": f"127.0.0.1:{api_port}",
             "WEB_CONCURRENCY": str(workers),
             "SERVING_URL": f"http://127.0.0.1:{serving.rest_port}",
+            # Serving runs the fraud model alone: the API serves that route only (it
+            # refuses to start with a route whose model serving does not have).
+            "MODEL_ROUTES": "fraud",
             **setup.env,
         }
         if setup.grpc_target_env:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import orjson
 
-from api.schemas import Transaction
+from api.examples.fraud.schemas import Transaction
 from models.transactions import generate_transactions
 
 POOL_SIZE = 512
@@ -27,7 +27,7 @@ def body_pool(n: int = POOL_SIZE, seed: int = POOL_SEED) -> list[bytes]:
     be present in every body (it is the first key the generator writes).
 
     Raises:
-        ValueError: a generated body does not validate as `api.schemas.Transaction`.
+        ValueError: a generated body does not validate as `api.examples.fraud.schemas.Transaction`.
     """
     bodies = []
     for labeled in generate_transactions(n, seed=seed):

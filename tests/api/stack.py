@@ -16,8 +16,8 @@ from typing import Any
 
 import httpx
 
-from api.features import extract_features
-from api.schemas import Transaction
+from api.examples.fraud.features import extract_features
+from api.examples.fraud.schemas import Transaction
 from models.transactions import generate_transactions
 from tests.api.fake_serving import fake_score
 from tests.support import Proc, free_port, http_ok, start_api, wait_until
@@ -95,8 +95,9 @@ class Api:
     url: str
 
 
-def start_api_process(tmp: Path, name: str, serving_url: str, **env: str) -> Api:
-    """Start the API and wait until /readyz is 200 (serving reachable, model AVAILABLE)."""
+def start_api_process(tmp: Path, name: str, serving_url: str, ready_path: str = "/readyz", **env: str) -> Api:
+    """Start the API and wait until `ready_path` is 200 (/readyz: serving reachable, every
+    route's model AVAILABLE with its signature; /healthz: the process is up)."""
     port = free_port()
     env = {"EVENTS_JSONL_PATH": str(tmp / f"{name}-events.jsonl"), "ACCESS_LOG": "false", **env}
     proc = start_api(port, serving_url, tmp / f"{name}.log", **env)
@@ -104,9 +105,9 @@ def start_api_process(tmp: Path, name: str, serving_url: str, **env: str) -> Api
 
     def ready() -> bool:
         assert proc.alive(), proc.log()
-        return http_ok(api.url + "/readyz")
+        return http_ok(api.url + ready_path)
 
-    wait_until(ready, 60, f"API {name} /readyz")
+    wait_until(ready, 60, f"API {name} {ready_path}")
     return api
 
 

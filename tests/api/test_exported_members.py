@@ -1,21 +1,26 @@
-"""The serving client's public surface is pinned (httpx's tests/test_exported_members.py shape).
+"""The public surfaces are pinned (httpx's tests/test_exported_members.py shape).
 
-`__all__` is sorted and lists every public member; every name in it is one the rest of the
-API imports (or a type in the signatures it calls), and the API reaches into no private
-module. Adding a name nobody uses, or using one that is not exported, fails here.
+For `api.serving_client` and `api.model_routes` (the extension point), `__all__` is sorted
+and lists every public member. Every name the client exports is one the rest of the API
+imports (or a type in the signatures it calls), and the API reaches into no private
+module: adding a name nobody uses, or using one that is not exported, fails here.
 """
 
 from __future__ import annotations
 
 import ast
 
+import pytest
+
+import api.model_routes as model_routes
 import api.serving_client as serving_client
 from tests.support import REPO
 
 
-def test_all_public_members_are_exported_sorted() -> None:
-    public = [name for name in vars(serving_client) if not name.startswith("_")]
-    assert serving_client.__all__ == sorted(public)
+@pytest.mark.parametrize("package", [serving_client, model_routes], ids=lambda p: p.__name__)
+def test_all_public_members_are_exported_sorted(package: object) -> None:
+    public = [name for name in vars(package) if not name.startswith("_")]
+    assert package.__all__ == sorted(public)  # type: ignore[attr-defined]
 
 
 def test_exported_members_are_defined_in_the_package() -> None:
@@ -39,7 +44,7 @@ def names_used_outside_the_package() -> set[str]:
 def test_the_exported_members_are_what_the_api_uses() -> None:
     # Parts of the signatures the API calls (ServingError.code, ServingClient.model_status
     # and .predict, open_serving_client's metadata): public, whether or not a module names them.
-    in_signatures = {"Code", "MetadataProvider", "ModelStatus", "PredictResponse", "VersionStatus"}
+    in_signatures = {"Code", "MetadataProvider", "ModelMetadata", "ModelStatus", "PredictResponse", "VersionStatus"}
     assert set(serving_client.__all__) == names_used_outside_the_package() | in_signatures
     # ...and nothing outside reaches into a private module.
     for path in (REPO / "api").rglob("*.py"):

@@ -18,8 +18,8 @@ import httpx
 import pytest
 
 from api.deadlines import Deadline
-from api.features import extract_features
-from api.schemas import Transaction
+from api.examples.fraud.features import extract_features
+from api.examples.fraud.schemas import Transaction
 from api.serving_client import ModelSpec, PredictRequest, ServingNotFound, ServingTimeout, ServingUnavailable, Tensor
 from api.serving_client._grpc import GrpcTransport
 from tests.api.fake_serving import fake_score
@@ -166,10 +166,11 @@ def test_scores_over_grpc_with_failover_and_recovery(
         REQUEST_TIMEOUT_S="2",
     )
     procs.append(api)
-    assert httpx.get(api.url + "/readyz", timeout=10).json() == {
-        "status": "ready",
-        "model": {"name": "fraud", "version": 1},
-    }
+    ready = httpx.get(api.url + "/readyz", timeout=10).json()
+    assert ready["status"] == "ready"
+    assert ready["models"]["fraud"] == {
+        "ready": True, "model": "fraud", "signature": "serving_default", "version": 1, "problems": [],
+    }  # fmt: skip
 
     # Both replicas answer; scores are the fake's function of the float32 features.
     bodies = transactions(200, seed=21)

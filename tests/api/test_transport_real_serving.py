@@ -22,7 +22,7 @@ from api.deadlines import Deadline
 from api.serving_client import ServingError
 from api.serving_client._grpc import GrpcTransport
 from tests.api.stack import Api, run_load, start_api_process, transactions
-from tests.support import Proc, free_port, http_ok, local_models_config, start_serving, wait_model_available
+from tests.support import Proc, free_port, local_models_config, start_serving, wait_model_available
 
 SCORE = "/v1/fraud/score"
 
@@ -121,10 +121,15 @@ def test_a_signature_serving_lacks_is_a_misconfiguration(
         serving.rest_url,
         SERVING_PROTOCOL=protocol,
         SERVING_GRPC_TARGETS=serving.grpc_target,
-        FRAUD_SIGNATURE_NAME="no_such_signature",
+        ready_path="/healthz",
+        MODELS__FRAUD__SIGNATURE_NAME="no_such_signature",
     )
     apis.append(api)
-    assert http_ok(api.url + "/readyz")  # the model is there; its signature is not
+    ready = httpx.get(api.url + "/readyz", timeout=10)
+    assert ready.status_code == 503  # the model is there; its signature is not
+    fraud = ready.json()["models"]["fraud"]
+    assert not fraud["ready"] and "no signature 'no_such_signature'" in fraud["problems"][0], fraud
+    assert ready.json()["models"]["digits"]["ready"]
     response = httpx.post(api.url + SCORE, json=transactions(1)[0], timeout=10)
     assert response.status_code == 503, response.text
     assert response.json()["code"] == "serving_misconfigured"

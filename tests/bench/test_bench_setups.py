@@ -10,7 +10,7 @@ import orjson
 import pytest
 from fastapi.testclient import TestClient
 
-from api.schemas import Transaction
+from api.examples.fraud.schemas import Transaction
 from bench.__main__ import default_pinning
 from bench.apps import ceiling
 from bench.setups import all_setups, split_variants

@@ -1,4 +1,4 @@
-"""Request and response bodies of the API, as pydantic models.
+"""The fraud route's request and response bodies, as pydantic models.
 
 These are also the raw transaction format that `models/transactions.py` generates
 for training, so the training data and the live requests go through one parser.
@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+
+from api.model_routes import ModelInfo
 
 # ISO 4217 codes the feature extraction has a reference rate for (see
 # `features.USD_PER_UNIT`); anything else is rejected with 422 rather than scored
@@ -87,13 +89,6 @@ class Transaction(_Strict):
     device: Device
     location: Location
     user_history: UserHistory
-
-
-class ModelInfo(BaseModel):
-    """The servable that produced a score."""
-
-    name: str
-    version: int
 
 
 class FraudScore(BaseModel):
