@@ -209,16 +209,22 @@ def wait_spread(stack: Stack, base: dict[str, int], replicas: int, timeout_s: fl
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--serving-image", default="tfserve-split/serving:latest")
-    parser.add_argument("--api-ports", default="18000-18009", help="host port range of the API replicas")
+    parser.add_argument(
+        "--api-ports",
+        help="API_PORTS: host ports of the API replicas (default: the range 18000-18009; under podman, "
+        "whose Docker API refuses ranges, 0: a free port each)",
+    )
     parser.add_argument("--spread-s", type=float, default=8.0, help="load kept on 3 replicas before counting")
     args = parser.parse_args(argv)
 
     engine = os.environ["ENGINE"]
     compose = os.environ["COMPOSE"].split()
-    env = {**os.environ, "SERVING_IMAGE": args.serving_image, "API_PORTS": args.api_ports}
+    api_ports = args.api_ports or ("0" if engine == "podman" else "18000-18009")
+    env = {**os.environ, "SERVING_IMAGE": args.serving_image, "API_PORTS": api_ports}
     stack = Stack(engine, compose, env)
     body = (REPO / "examples" / "transaction.json").read_bytes()
     official = "tensorflow/serving" in args.serving_image
+    log(f"API_PORTS={api_ports}")
     log(
         f"serving image: {args.serving_image}"
         + ("" if official else " (our model server, Dockerfile.serving: the official image cannot be pulled here)")
