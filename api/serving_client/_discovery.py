@@ -31,7 +31,8 @@ Why not gRPC's own `dns:///` resolver with the `round_robin` policy for the gRPC
 transport: gRPC re-resolves a name only when a connection of the channel fails or closes
 (and at most once per `grpc.dns_min_time_between_resolutions_ms`, 30 s by default), never
 on a timer. A replica added while the existing connections stay healthy is not seen
-until one of them breaks; the usual remedy is a server-side maximum connection age, which
+until one of them breaks (grpc/grpc issue 12295, where gRPC's maintainers decline a
+timer); the usual remedy is a server-side maximum connection age, which
 tensorflow_model_server does not set. One channel per resolved address, managed here,
 meets "a new replica gets calls within seconds" for REST and gRPC alike, with one
 drain/retire path for both.

@@ -3,7 +3,8 @@
 #
 #   source deploy/compose/engine.sh && engine_setup
 #
-# Sets ENGINE (docker or podman) and COMPOSE (an array: the compose command).
+# Sets ENGINE (docker or podman) and COMPOSE (an array: the compose command). A podman API
+# service started here is stopped when the sourcing script exits (trap on EXIT).
 # - A running Docker engine (`docker info` answers): ENGINE=docker, COMPOSE=`docker compose`
 #   (or the standalone `docker-compose`).
 # - Otherwise rootful podman from Debian's packages, driven by Debian's docker-compose 1.29
@@ -70,7 +71,8 @@ CONF
   fi
   if ! curl -fsS --unix-socket "$PODMAN_SOCKET" http://d/_ping >/dev/null 2>&1; then
     mkdir -p "$(dirname "$PODMAN_SOCKET")"
-    nohup podman system service --time=0 "unix://$PODMAN_SOCKET" >/tmp/podman-service.log 2>&1 &
+    podman system service --time=0 "unix://$PODMAN_SOCKET" >/tmp/podman-service.log 2>&1 &
+    PODMAN_SERVICE_PID=$!  # stopped by engine_cleanup: only the service this shell started
     local i
     for i in $(seq 1 100); do
       curl -fsS --unix-socket "$PODMAN_SOCKET" http://d/_ping >/dev/null 2>&1 && break
@@ -80,7 +82,16 @@ CONF
   export DOCKER_HOST="unix://$PODMAN_SOCKET"
 }
 
+engine_cleanup() {
+  if [[ -n "${PODMAN_SERVICE_PID:-}" ]]; then
+    kill "$PODMAN_SERVICE_PID" 2>/dev/null || true
+    wait "$PODMAN_SERVICE_PID" 2>/dev/null || true
+    PODMAN_SERVICE_PID=
+  fi
+}
+
 engine_setup() {
+  trap engine_cleanup EXIT
   if _docker_engine_up; then
     ENGINE=docker
     if docker compose version >/dev/null 2>&1; then COMPOSE=(docker compose); else COMPOSE=(docker-compose); fi
