@@ -5,6 +5,8 @@
 # make protos - regenerate the API's TF Serving protos (api/protos/*_pb2*.py) from their .proto files
 # make bench - naive vs tuned in-process vs split vs ceiling, quick plan (< 5 min on 2 cores; needs wrk)
 # make bench-full - the same benchmark, full plan (longer runs, more offered loads)
+# make compose-test - docker-compose.yml for real: build, up, score, scale serving to 3 under load, stop one,
+#                     down (Docker, else podman from Debian's packages; ~8 min on a fresh machine)
 # make bench-serving - the serving tier alone: REST/gRPC, batching off/on, 1/2 cores (~6 min; needs wrk,
 #                      and h2load for gRPC: apt-get install nghttp2-client, else a slower Python generator)
 
@@ -15,7 +17,7 @@ API_PORT ?= 8000
 REST_API_PORT ?= 8501
 GRPC_PORT ?= 8500
 
-.PHONY: install run test model protos doctor bench bench-full bench-serving clean
+.PHONY: install run test compose-test model protos doctor bench bench-full bench-serving clean
 
 install: $(STAMP)
 
@@ -33,6 +35,9 @@ test: $(STAMP)
 	$(PY) -m ruff check .
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest
+
+compose-test:
+	deploy/compose/compose-test.sh
 
 model: $(STAMP)
 	$(PY) -m models.train_fraud --output models/fraud --version 1

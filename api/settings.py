@@ -141,6 +141,13 @@ class Settings(BaseSettings):
         ge=0.0,
         description="A replica that refused a connection is skipped this long, seconds.",
     )
+    serving_resolve_interval_s: float = Field(
+        default=2.0,
+        ge=0.0,
+        description="Serving's host names (SERVING_URL, SERVING_URLS, SERVING_GRPC_TARGETS) are "
+        "resolved again this often, seconds, so replicas added or removed (docker compose "
+        "--scale, a Kubernetes headless Service) are followed; 0 resolves once at start.",
+    )
     max_in_flight_requests: int = Field(
         default=64,
         ge=1,
@@ -234,6 +241,8 @@ class Settings(BaseSettings):
             keepalive_expiry_s=self.serving_keepalive_expiry_s,
             max_attempts=self.serving_max_attempts,
             eject_s=self.serving_eject_s,
+            resolve_interval_s=self.serving_resolve_interval_s,
+            probe_model_names=(self.fraud_model_name,),
             coalescing=coalescing,
         )
 

@@ -14,12 +14,20 @@ settings onto it (`api.settings.Settings.serving_client_config`).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Literal
 
 from api.serving_client._coalescing import CoalescingClient
+from api.serving_client._discovery import (
+    Address,
+    DiscoveringClient,
+    ReplicaSet,
+    grpc_target,
+    model_available,
+    rest_target,
+)
 from api.serving_client._http1 import Http1Client
 from api.serving_client._replicas import ReplicatedClient
 from api.serving_client._types import MetadataProvider, ServingClient, no_metadata
@@ -56,6 +64,10 @@ class ClientConfig:
             serving's own idle timeout (uvicorn's default: 5 s).
         max_attempts: attempts per call across replicas (UNAVAILABLE only is retried).
         eject_s: a replica that refused a connection is skipped this long, seconds.
+        resolve_interval_s: how often replica host names are resolved again, seconds
+            (`_discovery`).
+        probe_model_names: a newly resolved replica gets calls once each of these models
+            has a version AVAILABLE there.
         coalescing: merge concurrent predicts per model; None: off.
     """
 
@@ -68,6 +80,8 @@ class ClientConfig:
     keepalive_expiry_s: float = 4.0
     max_attempts: int = 3
     eject_s: float = 1.0
+    resolve_interval_s: float = 2.0
+    probe_model_names: Sequence[str] = ("fraud",)
     coalescing: CoalescingConfig | None = None
 
 
@@ -83,35 +97,73 @@ async def open_serving_client(
             metadata (the API sends the request id this way).
 
     Yields:
-        a `ReplicatedClient` over one transport per replica, wrapped in a
-        `CoalescingClient` when `config.coalescing` is set.
+        a `DiscoveringClient`: the targets (`config.rest_targets` or
+        `config.grpc_targets`) resolved to one transport per replica address and
+        re-resolved every `config.resolve_interval_s` (`_discovery`), each call going
+        through a `ReplicatedClient` over the replicas of the moment; wrapped in a
+        `CoalescingClient` when `config.coalescing` is set. gRPC targets in gRPC's URI
+        forms ("unix:...", "dns:///...") get one transport each, as given.
     """
     http: Http1Client | None = None
-    replicas: list[ServingClient]
+    make_replica: Callable[[Address | str], ServingClient]
+    retire: Callable[[ServingClient], Awaitable[None]] | None = None
     if config.protocol == "grpc":
         # Imported here so a REST-only worker never loads grpc (about 19 MB of RSS, measured).
         from api.serving_client._grpc import GrpcTransport
 
-        replicas = [
-            GrpcTransport(target, call_timeout_s=config.call_timeout_s, metadata=metadata)
-            for target in config.grpc_targets
-        ]
+        parsed = [grpc_target(target) for target in config.grpc_targets]
+        static = [target for target, hp in zip(config.grpc_targets, parsed, strict=True) if hp is None]
+        targets = [hp for hp in parsed if hp is not None]
+
+        def make_replica(address: Address | str) -> ServingClient:
+            return GrpcTransport(str(address), call_timeout_s=config.call_timeout_s, metadata=metadata)
+
     else:
         from api.serving_client._rest import RestTransport
 
         # One HTTP/1.1 client per worker, one keep-alive pool per replica in it.
-        http = Http1Client(max_connections=config.max_connections, keepalive_expiry_s=config.keepalive_expiry_s)
-        replicas = [
-            RestTransport(
-                http,
-                url,
+        http = pools = Http1Client(
+            max_connections=config.max_connections, keepalive_expiry_s=config.keepalive_expiry_s
+        )
+        static = []
+        targets = [rest_target(url) for url in config.rest_targets]
+
+        def make_replica(address: Address | str) -> ServingClient:
+            return RestTransport(
+                pools,
+                f"http://{address}",
                 call_timeout_s=config.call_timeout_s,
                 connect_timeout_s=config.connect_timeout_s,
                 metadata=metadata,
             )
-            for url in config.rest_targets
-        ]
-    client: ServingClient = ReplicatedClient(replicas, max_attempts=config.max_attempts, eject_s=config.eject_s)
+
+        async def retire(replica: ServingClient) -> None:
+            await pools.close_pool(replica.target)  # type: ignore[attr-defined]
+
+    def replicated(replicas: Sequence[ServingClient]) -> ServingClient:
+        return ReplicatedClient(replicas, max_attempts=config.max_attempts, eject_s=config.eject_s)
+
+    async def probe(replica: ServingClient) -> bool:
+        timeout_s = min(1.0, config.call_timeout_s)
+        for name in config.probe_model_names:
+            if not await model_available(name, timeout_s, replica):
+                return False
+        return True
+
+    client: ServingClient
+    if static:
+        client = replicated([make_replica(target) for target in config.grpc_targets])
+    else:
+        replica_set = ReplicaSet(
+            targets,
+            make_replica,
+            retire=retire,
+            probe=probe,
+            resolve_interval_s=config.resolve_interval_s,
+            drain_timeout_s=config.call_timeout_s,
+        )
+        await replica_set.start()
+        client = DiscoveringClient(replica_set, replicated)
     if config.coalescing is not None:
         client = CoalescingClient(
             client,

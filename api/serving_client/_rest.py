@@ -3,7 +3,7 @@
 The `Http1Client` (`_http1`) is shared by all REST replicas of a worker and owned by
 `open_serving_client`; it keeps one connection pool per replica, each sized to the
 worker's in-flight limit, whose idle connections expire before serving's own keep-alive
-timeout closes them (see `_factory.http_client`). Each call's timeout is what is left
+timeout closes them (see `_factory.open_serving_client`). Each call's timeout is what is left
 of the request's `Deadline`, capped by `call_timeout_s`, and bounds the whole exchange,
 not only each read. Transport exceptions are translated here, in `_TRANSPORT_ERRORS`,
 and never leave.

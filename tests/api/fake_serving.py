@@ -140,7 +140,7 @@ def _flatten(value: Any) -> list[float]:
     return [float(value)]
 
 
-async def grpc_server(model: FakeModel, port: int) -> Any:
+async def grpc_server(model: FakeModel, port: int, host: str = "127.0.0.1") -> Any:
     import grpc
     from tensorflow.core.framework import types_pb2
     from tensorflow_serving.apis import (  # official stubs: imports TensorFlow
@@ -213,15 +213,15 @@ async def grpc_server(model: FakeModel, port: int) -> Any:
     server = grpc.aio.server()
     prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(Prediction(), server)
     model_service_pb2_grpc.add_ModelServiceServicer_to_server(Models(), server)
-    server.add_insecure_port(f"127.0.0.1:{port}")
+    server.add_insecure_port(f"{host}:{port}")
     await server.start()
     return server
 
 
 async def main(args: argparse.Namespace) -> None:
     model = FakeModel(args.models.split(","))
-    grpc = await grpc_server(model, args.grpc_port) if args.grpc_port else None
-    config = uvicorn.Config(rest_app(model), host="127.0.0.1", port=args.rest_port, log_level="warning")
+    grpc = await grpc_server(model, args.grpc_port, args.host) if args.grpc_port else None
+    config = uvicorn.Config(rest_app(model), host=args.host, port=args.rest_port, log_level="warning")
     server = uvicorn.Server(config)
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, lambda: setattr(server, "should_exit", True))
@@ -233,6 +233,7 @@ async def main(args: argparse.Namespace) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rest-port", type=int, required=True)
+    parser.add_argument("--host", default="127.0.0.1", help="address both ports bind to")
     parser.add_argument("--grpc-port", type=int, default=0)
     parser.add_argument("--models", default="fraud,digits")
     asyncio.run(main(parser.parse_args()))
