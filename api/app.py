@@ -45,9 +45,10 @@ logger = logging.getLogger("api.app")
 ClientOpener = Callable[[], AbstractAsyncContextManager[ServingClient]]
 
 
-def _open_from_settings(settings: Settings) -> AbstractAsyncContextManager[ServingClient]:
-    """The serving client `SERVING_*` describe, sending each request's id (`X-Request-ID`)."""
-    return open_serving_client(settings.serving_client_config(), metadata=outgoing_headers)
+def _open_from_settings(settings: Settings, models: Sequence[str]) -> AbstractAsyncContextManager[ServingClient]:
+    """The serving client `SERVING_*` describe, sending each request's id (`X-Request-ID`);
+    a newly discovered replica gets calls once it has `models` AVAILABLE."""
+    return open_serving_client(settings.serving_client_config(models), metadata=outgoing_headers)
 
 
 def create_app(
@@ -69,8 +70,9 @@ def create_app(
     """
     settings = settings if settings is not None else Settings()
     declared = routes if routes is not None else load_routes(settings.model_routes)
-    opener: ClientOpener = open_client or partial(_open_from_settings, settings)
     endpoints = [ModelEndpoint(configured) for configured in configure_routes(declared, settings)]
+    models = [e.configured.signature.model_name for e in endpoints]
+    opener: ClientOpener = open_client or partial(_open_from_settings, settings, models)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

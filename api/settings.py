@@ -8,6 +8,7 @@ root (`api.app.create_app`) and passed down explicitly.
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -220,8 +221,13 @@ class Settings(BaseSettings):
         """REST connections per API process: SERVING_MAX_CONNECTIONS or the in-flight limit."""
         return self.serving_max_connections or self.max_in_flight_requests
 
-    def serving_client_config(self) -> ClientConfig:
-        """The serving client's configuration (`api.serving_client.open_serving_client`)."""
+    def serving_client_config(self, probe_model_names: Sequence[str] = ()) -> ClientConfig:
+        """The serving client's configuration (`api.serving_client.open_serving_client`).
+
+        Args:
+            probe_model_names: the models a newly discovered replica must have AVAILABLE
+                before it gets calls: the enabled routes' (`api.app` passes them).
+        """
         coalescing = (
             CoalescingConfig(
                 window_s=self.coalescing_window_ms / 1000.0,
@@ -242,7 +248,7 @@ class Settings(BaseSettings):
             max_attempts=self.serving_max_attempts,
             eject_s=self.serving_eject_s,
             resolve_interval_s=self.serving_resolve_interval_s,
-            probe_model_names=(self.fraud_model_name,),
+            probe_model_names=tuple(probe_model_names),
             coalescing=coalescing,
         )
 

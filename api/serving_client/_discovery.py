@@ -51,7 +51,7 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from api.deadlines import Deadline
-from api.serving_client._types import ModelStatus, PredictRequest, PredictResponse, ServingClient
+from api.serving_client._types import ModelMetadata, ModelStatus, PredictRequest, PredictResponse, ServingClient
 
 _log = logging.getLogger(__name__)
 
@@ -140,6 +140,13 @@ class _Member:
         self._enter()
         try:
             return await self.transport.model_status(model_name, deadline)
+        finally:
+            self._leave()
+
+    async def model_metadata(self, model_name: str, version: int, deadline: Deadline) -> ModelMetadata:
+        self._enter()
+        try:
+            return await self.transport.model_metadata(model_name, version, deadline)
         finally:
             self._leave()
 
@@ -379,6 +386,10 @@ class DiscoveringClient:
     async def model_status(self, model_name: str, deadline: Deadline) -> ModelStatus:
         """Model status from one of the current replicas."""
         return await self._current().model_status(model_name, deadline)
+
+    async def model_metadata(self, model_name: str, version: int, deadline: Deadline) -> ModelMetadata:
+        """Model metadata from one of the current replicas."""
+        return await self._current().model_metadata(model_name, version, deadline)
 
     async def aclose(self) -> None:
         """Stop discovery and close every replica's transport."""

@@ -67,7 +67,7 @@ class ClientConfig:
         resolve_interval_s: how often replica host names are resolved again, seconds
             (`_discovery`).
         probe_model_names: a newly resolved replica gets calls once each of these models
-            has a version AVAILABLE there.
+            has a version AVAILABLE there (none: at once).
         coalescing: merge concurrent predicts per model; None: off.
     """
 
@@ -81,7 +81,7 @@ class ClientConfig:
     max_attempts: int = 3
     eject_s: float = 1.0
     resolve_interval_s: float = 2.0
-    probe_model_names: Sequence[str] = ("fraud",)
+    probe_model_names: Sequence[str] = ()
     coalescing: CoalescingConfig | None = None
 
 
