@@ -6,7 +6,7 @@ after TF Serving's concepts:
 
 ==========================  ========================================================================
 ``__main__``                command line -> config -> server (bad flags/config fail before TF loads)
-``flags``                   tensorflow_model_server's flags -> :class:`~serving.flags.ServerOptions`
+``flags``                   tensorflow_model_server's flags -> :class:`~serving.model_servers.flags.ServerOptions`
 ``config``                  ``ModelServerConfig`` text proto / single-model flags, validated
 ``source``                  the file-system source: polls ``base_path`` for version directories
 ``servable``                one SavedModel version in its own Session; runs signatures

@@ -1,8 +1,8 @@
 """The server's internal request and response types (TF Serving's ``apis/`` protos, as numpy).
 
-Front ends are codecs around these: REST JSON via :mod:`serving.json_tensor`, gRPC
+Front ends are codecs around these: REST JSON via :mod:`serving.util.json_tensor`, gRPC
 ``PredictRequest`` protos (later) via ``tf.make_ndarray`` / ``tf.make_tensor_proto``. Both call the
-same core, :meth:`serving.predict.Predictor.predict`.
+same core, :meth:`serving.servables.tensorflow.predict_impl.Predictor.predict`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Unit tests for serving.batch_merge: TF Serving's merge / split / pad rules, pure numpy."""
+"""Unit tests for serving.batching.batching_util: TF Serving's merge / split / pad rules, pure numpy."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from serving import batch_merge
-from serving.errors import Code, ServingError
+from serving.batching import batching_util as batch_merge
+from serving.util.errors import Code, ServingError
 
 
 def _error(call: object, *args: object, **kwargs: object) -> ServingError:

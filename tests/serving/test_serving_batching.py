@@ -1,6 +1,6 @@
-"""serving.batching in process: the real scheduler and batch threads, a scripted servable.
+"""serving.batching.batching_session in process: the real scheduler and batch threads, a scripted servable.
 
-The servable is a stand-in for :class:`serving.servable.Servable` behind the same
+The servable is a stand-in for :class:`serving.servables.tensorflow.servable.Servable` behind the same
 ``run_tensors`` seam (the Session interface), so batch formation, queue limits, deadlines and
 failures can be driven deterministically: a gate holds the batch thread busy while the next
 requests queue up. End-to-end batching through ``python -m serving`` is in
@@ -22,13 +22,13 @@ import numpy as np
 import pytest
 from serving_testlib import REPO_ROOT
 
-from serving import batching
-from serving.batching import BatchingOptions, BatchingSession
-from serving.errors import Code, ServingError
-from serving.executor import BlockingExecutor
-from serving.flags import parse_flags
-from serving.manager import ServableHandle
-from serving.metrics import ServingMetrics
+from serving.batching import batching_session as batching
+from serving.batching.batching_session import BatchingOptions, BatchingSession
+from serving.core.manager import ServableHandle
+from serving.model_servers.flags import parse_flags
+from serving.util.errors import Code, ServingError
+from serving.util.executor import BlockingExecutor
+from serving.util.metrics import ServingMetrics
 
 _T = TypeVar("_T")
 FETCHES = ("y:0", "tag:0")

@@ -15,7 +15,7 @@ import pytest
 from tensorflow.core.example.example_pb2 import Example
 from tensorflow.core.protobuf.meta_graph_pb2 import SignatureDef
 
-from serving.classify_regress import (
+from serving.servables.tensorflow.classifier import (
     CLASSIFY_METHOD_NAME,
     REGRESS_METHOD_NAME,
     ClassificationResult,
@@ -26,8 +26,8 @@ from serving.classify_regress import (
     preprocess_regression,
     regression_signature,
 )
-from serving.errors import Code, ServingError
-from serving.json_example import (
+from serving.util.errors import Code, ServingError
+from serving.util.json_example import (
     decode_example_request,
     encode_classification_result,
     encode_regression_result,

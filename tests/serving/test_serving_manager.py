@@ -1,4 +1,4 @@
-"""Unit tests for serving.manager with a fake loader (no TensorFlow), and model status."""
+"""Unit tests for serving.core.manager with a fake loader (no TensorFlow), and model status."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 from google.protobuf import text_format
 
 from serving.apis import ModelSpec
-from serving.config import ModelServerConfig
-from serving.errors import Code, ServingError
-from serving.manager import ManagerState, ServableManager, ServableState
+from serving.config.model_server_config import ModelServerConfig
+from serving.core.manager import ManagerState, ServableManager, ServableState
+from serving.util.errors import Code, ServingError
 
 
 class FakeServable:
@@ -176,7 +176,9 @@ def test_unload_waits_for_in_flight_requests(manager: ServableManager) -> None:
 
 
 def test_model_status_responses(manager: ServableManager) -> None:
-    from serving import metadata  # imports tensorflow_serving.apis (TensorFlow)
+    from serving.servables.tensorflow import (
+        get_model_metadata_impl as metadata,  # imports tensorflow_serving.apis (TensorFlow)
+    )
 
     manager.load_aspired()
     body = metadata.model_status_json(metadata.get_model_status(manager, ModelSpec("m")))

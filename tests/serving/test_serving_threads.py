@@ -12,8 +12,9 @@ import pytest
 from serving_testlib import REPO_ROOT
 
 import cpu_quota
-from serving import batching, flags
-from serving.flags import ServerOptions, parse_flags
+from serving.batching import batching_session as batching
+from serving.model_servers import flags
+from serving.model_servers.flags import ServerOptions, parse_flags
 
 
 def test_unset_pools_take_the_schedulable_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -61,7 +62,7 @@ def test_cgroup_v1_cfs_quota(tmp_path: Path) -> None:
 def test_the_affinity_mask_bounds_the_pools() -> None:
     """A server pinned to one CPU sizes its pools for one CPU, whatever the host has."""
     code = (
-        "from serving import flags; o = flags.parse_flags(['--model_base_path=/m']); "
+        "from serving.model_servers import flags; o = flags.parse_flags(['--model_base_path=/m']); "
         "print(*flags.session_threads(o), flags.rest_api_num_threads(o))"
     )
     result = subprocess.run(

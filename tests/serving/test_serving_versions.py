@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from google.protobuf import text_format
 
-from serving import source
 from serving.apis import ModelSpec
-from serving.aspired_version_policy import (
+from serving.config.model_server_config import ModelServerConfig
+from serving.core.aspired_version_policy import (
     Action,
     AspiredServableStateSnapshot,
     HarnessState,
@@ -28,12 +28,12 @@ from serving.aspired_version_policy import (
     availability_preserving_policy,
     next_action,
 )
-from serving.config import ModelServerConfig
-from serving.config_reloader import poll_filesystem_and_reload_config
-from serving.errors import Code, ServingError
-from serving.manager import ManagerState, ServableManager
-from serving.periodic_function import PeriodicFunction
-from serving.version_labels import update_model_version_label_map
+from serving.core.manager import ManagerState, ServableManager
+from serving.core.version_labels import update_model_version_label_map
+from serving.model_servers.config_reloader import poll_filesystem_and_reload_config
+from serving.sources.storage_path import file_system_storage_path_source as source
+from serving.util.errors import Code, ServingError
+from serving.util.periodic_function import PeriodicFunction
 
 WAIT_S = 10.0
 
@@ -249,7 +249,7 @@ def test_source_skips_a_missing_base_path_and_logs_once(
     emitted = Emitted()
     fs_source = source.FileSystemStoragePathSource(emitted)
     config = model_config(tmp_path, "absent", "a")
-    with caplog.at_level(logging.WARNING, logger="serving.source"):
+    with caplog.at_level(logging.WARNING, logger="serving.sources.storage_path.file_system_storage_path_source"):
         fs_source.update_config(source.create_storage_path_source_config(config, 1))
         fs_source.poll()
     assert emitted.last("absent") is None  # nothing emitted: its versions stay as they are
@@ -271,7 +271,7 @@ def test_source_warns_about_missing_specific_versions_and_no_versions(
     specific = "model_version_policy { specific { versions: 1 versions: 5 } }"
     config = model_config(tmp_path, "s", extra=specific)
     config.model_config_list.config.MergeFrom(model_config(tmp_path, "e").model_config_list.config)
-    with caplog.at_level(logging.WARNING, logger="serving.source"):
+    with caplog.at_level(logging.WARNING, logger="serving.sources.storage_path.file_system_storage_path_source"):
         fs_source.update_config(source.create_storage_path_source_config(config, 1))
         fs_source.poll()
     assert emitted.last("s") == {1: str(tmp_path / "s" / "1")}
@@ -290,7 +290,7 @@ def test_duplicate_version_spellings_last_one_wins(
 ) -> None:
     add_versions(tmp_path, "m", 1)
     (tmp_path / "m" / "01").mkdir()
-    with caplog.at_level(logging.WARNING, logger="serving.source"):
+    with caplog.at_level(logging.WARNING, logger="serving.sources.storage_path.file_system_storage_path_source"):
         versions = source.list_versions("m", str(tmp_path / "m"))
     assert versions == {1: str(tmp_path / "m" / "1")}
     assert (
@@ -711,7 +711,7 @@ def test_config_file_poll_reloads_or_logs(
     config_file.write_text(text_format.MessageToString(model_config(tmp_path, "a", "b")))
     assert poll_filesystem_and_reload_config(str(config_file), manager)
     assert served_version(manager, ModelSpec("b")) == 1
-    with caplog.at_level(logging.ERROR, logger="serving.config_reloader"):
+    with caplog.at_level(logging.ERROR, logger="serving.model_servers.config_reloader"):
         config_file.write_text("model_config_list { bogus: 1 }")
         assert not poll_filesystem_and_reload_config(str(config_file), manager)
         config_file.write_text(

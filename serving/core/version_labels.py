@@ -30,7 +30,7 @@ from collections.abc import Mapping, Set
 
 from tensorflow_serving.config.model_server_config_pb2 import ModelServerConfig
 
-from serving.errors import Code, ServingError
+from serving.util.errors import Code, ServingError
 
 __all__ = ["LabelMap", "update_model_version_label_map"]
 

@@ -10,10 +10,11 @@ whose JSON can only be typed once the signature's input dtypes are known, calls
 Both share lookups, validation, errors, batching and metrics.
 
 The request is checked on the event loop (:meth:`Servable.prepare_predict
-<serving.servable.Servable.prepare_predict>`, cheap), then its tensors are computed by the
-:class:`~serving.session.Session`: one ``Session.run`` per request on the request thread pool
-(:class:`~serving.session.DirectSession`), or merged with concurrent requests by
-:class:`~serving.batching.BatchingSession` when ``--enable_batching`` is set.
+<serving.servables.tensorflow.servable.Servable.prepare_predict>`, cheap), then its tensors are computed by the
+:class:`~serving.servables.tensorflow.serving_session.Session`: one ``Session.run`` per request on
+the request thread pool
+(:class:`~serving.servables.tensorflow.serving_session.DirectSession`), or merged with concurrent requests by
+:class:`~serving.batching.batching_session.BatchingSession` when ``--enable_batching`` is set.
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ from typing import Protocol, TypeVar
 import numpy as np
 
 from serving.apis import ModelSpec, PredictRequest, PredictResponse
-from serving.executor import BlockingExecutor
-from serving.manager import ServableHandle, ServableManager
-from serving.session import DirectSession, Session
+from serving.core.manager import ServableHandle, ServableManager
+from serving.servables.tensorflow.serving_session import DirectSession, Session
+from serving.util.executor import BlockingExecutor
 
 __all__ = ["PredictService", "Predictor"]
 
@@ -35,7 +36,7 @@ _C = TypeVar("_C")
 
 class PredictService(Protocol):
     """What the front ends call for Predict: a :class:`Predictor` or a wrapper with its interface
-    (:class:`serving.metrics.MonitoredPredictor`)."""
+    (:class:`serving.util.metrics.MonitoredPredictor`)."""
 
     async def predict(
         self, request: PredictRequest, *, timeout_ms: int | None = None
@@ -55,9 +56,10 @@ class PredictService(Protocol):
 
 
 class Predictor:
-    """Runs predictions on the manager's servables through a :class:`~serving.session.Session`.
+    """Runs predictions on the manager's servables through a
+    :class:`~serving.servables.tensorflow.serving_session.Session`.
 
-    ``session`` defaults to a :class:`~serving.session.DirectSession` on ``executor``.
+    ``session`` defaults to a :class:`~serving.servables.tensorflow.serving_session.DirectSession` on ``executor``.
     """
 
     def __init__(
@@ -76,10 +78,10 @@ class Predictor:
         """Run ``request`` and return its outputs.
 
         ``timeout_ms`` bounds ``Session.run`` (``RunOptions.timeout_in_ms``; ``None`` or <= 0: no
-        bound). Raises :class:`~serving.errors.ServingError`: lookup errors from
+        bound). Raises :class:`~serving.util.errors.ServingError`: lookup errors from
         :meth:`ServableManager.acquire` (``Servable not found for request: Latest(foo)`` ...),
         validation errors and TensorFlow's run errors from :meth:`Servable.run
-        <serving.servable.Servable.run>`, and the batching layer's own (a full queue is
+        <serving.servables.tensorflow.servable.Servable.run>`, and the batching layer's own (a full queue is
         ``UNAVAILABLE``).
         """
         with self._manager.acquire(request.model_spec) as handle:

@@ -6,7 +6,7 @@ Every failure that can reach a client is a :class:`ServingError`. Foreign except
 
 * REST: :data:`HTTP_STATUS`, the table of ``ToHTTPStatusCode()`` in TF Serving's
   ``tensorflow_serving/model_servers/http_server.cc``, installed as one exception handler in
-  :mod:`serving.rest`.
+  :mod:`serving.model_servers.http_rest_api_handler`.
 * gRPC (later): ``grpc.StatusCode[error.code.name]`` -- the :class:`Code` names and values are the
   canonical codes of ``tensorflow/core/protobuf/error_codes.proto`` and ``grpc.StatusCode``.
 

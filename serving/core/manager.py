@@ -5,14 +5,15 @@ TF Serving's ``ServerCore`` (config, labels) + ``AspiredVersionsManager`` / ``Ba
 reports), in one thread-safe object:
 
 * **Config** -- :meth:`ServableManager.aspire` applies a ``ModelServerConfig`` without waiting:
-  the label map is checked and replaced (:mod:`serving.version_labels`), the file-system source
-  (:mod:`serving.source`) is told which models to watch and polls them, and each model's aspired
+  the label map is checked and replaced (:mod:`serving.core.version_labels`), the file-system source
+  (:mod:`serving.sources.storage_path.file_system_storage_path_source`) is told which models to
+  watch and polls them, and each model's aspired
   versions show up as ``START``. :meth:`ServableManager.reload_config` does the same and then waits
   like ``ServerCore::ReloadConfig``: it is the core of ``ModelService.HandleReloadConfigRequest``
   and of ``--model_config_file_poll_wait_seconds``.
 * **Versions** -- the source hands over each model's full aspired set on every poll. A
   ``ManageState`` thread applies it (versions no longer aspired are marked so; new ones get a
-  ``NEW`` harness), then asks :func:`~serving.aspired_version_policy.availability_preserving_policy`
+  ``NEW`` harness), then asks :func:`~serving.core.aspired_version_policy.availability_preserving_policy`
   for the next action until there is none: a new version is loaded and ``AVAILABLE`` before the old
   one is unloaded. Loads run on ``max(1, --num_load_threads)`` threads; a failed load is retried
   ``--max_num_load_retries`` times, ``--load_retry_interval_micros`` apart (tenacity), unless the
@@ -45,9 +46,10 @@ from typing import TYPE_CHECKING, Any
 
 import tenacity
 
-from serving import source, version_labels
 from serving.apis import ModelSpec
-from serving.aspired_version_policy import (
+from serving.config.model_server_config import validate_config
+from serving.core import version_labels
+from serving.core.aspired_version_policy import (
     Action,
     AspiredServableStateSnapshot,
     HarnessState,
@@ -55,8 +57,8 @@ from serving.aspired_version_policy import (
     availability_preserving_policy,
     next_action,
 )
-from serving.config import validate_config
-from serving.errors import Code, ServingError, from_exception
+from serving.sources.storage_path import file_system_storage_path_source as source
+from serving.util.errors import Code, ServingError, from_exception
 
 if TYPE_CHECKING:
     from tensorflow_serving.config.model_server_config_pb2 import ModelServerConfig
@@ -105,7 +107,7 @@ class ServableHandle:
 
     name: str
     version: int
-    servable: Any  # serving.servable.Servable (not imported: this module stays TensorFlow-free)
+    servable: Any  # serving.servables.tensorflow.servable.Servable (not imported: this module stays TensorFlow-free)
 
 
 @dataclass(eq=False)
@@ -140,7 +142,8 @@ class ServableManager:
     """Holds loaded servables per model name and version. Thread-safe.
 
     ``loader(path)`` loads one version directory and returns a servable with a ``close()`` method
-    (in production :meth:`serving.servable.Servable.load` plus warmup, see :mod:`serving.warmup`);
+    (in production :meth:`serving.servables.tensorflow.servable.Servable.load` plus warmup, see
+    :mod:`serving.servables.tensorflow.saved_model_warmup`);
     it raises on failure. The keyword arguments are the flags of the same names (seconds instead
     of microseconds); the defaults suit a library user -- no retries, one file-system poll -- and
     the server passes TF Serving's.
@@ -204,10 +207,10 @@ class ServableManager:
 
         * ``FAILED_PRECONDITION`` ``Cannot transition to requested config. It is only legal to
           transition from one ModelConfigList to another.``
-        * ``INVALID_ARGUMENT`` from :func:`serving.config.validate_config` (duplicate names,
+        * ``INVALID_ARGUMENT`` from :func:`serving.config.model_server_config.validate_config` (duplicate names,
           relative base paths, platform, custom config);
         * ``FAILED_PRECONDITION`` ``Request to assign label to version <v> of model <m>, which is
-          not currently available for inference`` (see :mod:`serving.version_labels`);
+          not currently available for inference`` (see :mod:`serving.core.version_labels`);
         * ``UNKNOWN`` ``<n> model(s) did not become available: {{{name: m version: 1} due to
           error: <status>}, }`` -- the config *is* applied; the listed models failed to load;
         * ``UNAVAILABLE`` when the server shuts down meanwhile.

@@ -1,6 +1,6 @@
 """Which servable version to load or unload next: TF Serving's ``AvailabilityPreservingPolicy``.
 
-The manager (:mod:`serving.manager`) keeps one *loader harness* per managed version and asks the
+The manager (:mod:`serving.core.manager`) keeps one *loader harness* per managed version and asks the
 policy, per model, for the next action; it applies what the policy returns and asks again, until
 the policy has nothing to do. Everything here is pure (snapshots in, at most one action out), so
 the rules are tested by table.

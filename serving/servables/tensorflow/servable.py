@@ -12,7 +12,7 @@ its output tensor names. Shapes and dtypes are checked by the TensorFlow runtime
 errors are TensorFlow's own (``In[0] is not a matrix``, ``Type mismatch: actual int32 vs. expect
 float``), as TF Serving returns them. Each distinct (feeds, fetches, timeout) gets a
 ``Session`` callable made once and cached; calling it releases the GIL, so runs on several threads
-proceed in parallel. ``run`` blocks: call it through :class:`serving.executor.BlockingExecutor`.
+proceed in parallel. ``run`` blocks: call it through :class:`serving.util.executor.BlockingExecutor`.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from tensorflow.core.protobuf import config_pb2
 from tensorflow.core.protobuf.meta_graph_pb2 import SignatureDef
 
 from serving.apis import DEFAULT_SIGNATURE
-from serving.errors import Code, ServingError, from_exception
+from serving.util.errors import Code, ServingError, from_exception
 
 __all__ = ["PredictRun", "Servable"]
 

@@ -15,8 +15,8 @@ pay for lazy initialisation:
 * ``predict_log``, ``classify_log``, ``regress_log`` and ``multi_inference_log`` records run as
   TF Serving's ``RunPredict``, ``RunClassify``, ``RunRegress`` and ``RunMultiInference`` do --
   the same checks, Session run and post-processing as a request
-  (:meth:`serving.servable.Servable.prepare_predict`,
-  :func:`serving.classify_regress.prepare_classify` ...), with
+  (:meth:`serving.servables.tensorflow.servable.Servable.prepare_predict`,
+  :func:`serving.servables.tensorflow.classifier.prepare_classify` ...), with
   ``--enable_signature_method_name_check`` applied;
 * ``session_run_log`` fails the load with ``UNIMPLEMENTED`` ``Unsupported log_type for warmup: 5``
   (the ``log_type`` oneof's field number, as TF Serving prints ``log_type_case()``); any other log
@@ -59,18 +59,18 @@ from google.protobuf.message import DecodeError
 from tensorflow.core.protobuf.meta_graph_pb2 import SignatureDef
 from tensorflow_serving.apis import prediction_log_pb2
 
-from serving import proto_codec
-from serving.classify_regress import (
+from serving.servables.tensorflow.classifier import (
     ExampleRequest,
     prepare_classify,
     prepare_multi_inference,
     prepare_regress,
 )
-from serving.errors import Code, ServingError, from_exception
-from serving.metrics import ServingMetrics, fed_rows
+from serving.util import proto_codec
+from serving.util.errors import Code, ServingError, from_exception
+from serving.util.metrics import ServingMetrics, fed_rows
 
 if TYPE_CHECKING:  # servable imports TensorFlow's Session machinery; only the type is needed
-    from serving.servable import PredictRun
+    from serving.servables.tensorflow.servable import PredictRun
 
 __all__ = [
     "MAX_NUM_RECORDS",
@@ -119,7 +119,7 @@ class ModelWarmupOptions:
 
 
 class WarmupServable(Protocol):
-    """What warmup needs of a loaded version (:class:`serving.servable.Servable`)."""
+    """What warmup needs of a loaded version (:class:`serving.servables.tensorflow.servable.Servable`)."""
 
     @property
     def signature_defs(self) -> Mapping[str, SignatureDef]:

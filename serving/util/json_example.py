@@ -3,7 +3,7 @@
 Follows ``FillClassificationRequestFromJson`` / ``FillRegressionRequestFromJson`` and
 ``MakeJsonFromClassificationResult`` / ``MakeJsonFromRegressionResult`` of
 ``tensorflow_serving/util/json_tensor.cc`` and ``g3doc/api_rest.md``; error messages are TF
-Serving's, word for word (``INVALID_ARGUMENT``). It shares :mod:`serving.json_tensor`'s
+Serving's, word for word (``INVALID_ARGUMENT``). It shares :mod:`serving.util.json_tensor`'s
 rapidjson emulation (parsing, value rendering in messages, base64) so both speak one dialect.
 
 Request body (other top-level keys are ignored)::
@@ -60,11 +60,11 @@ import orjson
 from tensorflow.core.example.example_pb2 import Example
 from tensorflow.core.example.feature_pb2 import Feature
 
-from serving.classify_regress import ClassificationResult
-from serving.errors import Code, ServingError
+from serving.servables.tensorflow.classifier import ClassificationResult
+from serving.util.errors import Code, ServingError
 
 # Shared rapidjson emulation of the predict codec (same module family as json_tensor.cc).
-from serving.json_tensor import (
+from serving.util.json_tensor import (
     _FLT_MAX,
     _INT64_MAX,
     _INT64_MIN,

@@ -9,7 +9,8 @@ Routes (``model_servers/http_rest_api_util.cc``; case-insensitive, names and lab
     POST /v1/models/{name}[/versions/{v} | /labels/{l}]:regress    -> see below
 
 Like TF Serving's ``HttpRestApiHandler``, this module only parses the path, decodes, calls the core
-(:class:`~serving.predict.Predictor`, :mod:`serving.metadata`) and encodes -- there is no inference
+(:class:`~serving.servables.tensorflow.predict_impl.Predictor`,
+:mod:`serving.servables.tensorflow.get_model_metadata_impl`) and encodes -- there is no inference
 logic here. It matches TF Serving's own two regular expressions instead of declaring Starlette
 routes, so that routing corner cases behave the same: any other ``/v1/...`` path or method is
 ``400 {"error": "Malformed request: <METHOD> <path>"}``. Paths outside ``/v1/`` are ignored by TF
@@ -17,10 +18,10 @@ Serving's dispatcher (a bare 404); here they are ``404`` with the same ``Malform
 message.
 
 Every error is ``{"error": "<message>"}`` with the HTTP status of
-:data:`serving.errors.HTTP_STATUS`, produced by one exception handler. Every response is
+:data:`serving.util.errors.HTTP_STATUS`, produced by one exception handler. Every response is
 ``application/json``. ``:classify`` / ``:regress`` take tf.Examples as JSON
-(:mod:`serving.json_example`, where the traps are listed -- notably the ``"results"`` key) and run
-on :class:`~serving.classify_regress.InferenceRunner`; like TF Serving, the body is parsed before
+(:mod:`serving.util.json_example`, where the traps are listed -- notably the ``"results"`` key) and run
+on :class:`~serving.servables.tensorflow.classifier.InferenceRunner`; like TF Serving, the body is parsed before
 the model is looked up, so a malformed body is a 400 even for an unknown model.
 """
 
@@ -37,12 +38,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from serving import json_example, json_tensor, metadata, metrics
 from serving.apis import ModelSpec
-from serving.classify_regress import ExampleRequest, InferenceService
-from serving.errors import Code, ServingError, from_exception
-from serving.manager import ServableManager
-from serving.predict import PredictService
+from serving.core.manager import ServableManager
+from serving.servables.tensorflow import get_model_metadata_impl as metadata
+from serving.servables.tensorflow.classifier import ExampleRequest, InferenceService
+from serving.servables.tensorflow.predict_impl import PredictService
+from serving.util import json_example, json_tensor, metrics
+from serving.util.errors import Code, ServingError, from_exception
 
 __all__ = ["create_app"]
 
@@ -81,7 +83,7 @@ def create_app(
     ``timeout_ms`` bounds each ``Session.run`` (``--rest_api_timeout_in_ms``); ``enable_cors``
     adds TF Serving's CORS headers to every response and answers ``OPTIONS`` pre-flights.
     ``prometheus`` = ``(path, render)`` answers ``GET <path>`` with ``render()``, Prometheus text
-    (``--monitoring_config_file``; :mod:`serving.metrics`), as TF Serving's HTTP server does.
+    (``--monitoring_config_file``; :mod:`serving.util.metrics`), as TF Serving's HTTP server does.
     """
     handler = _RestApiHandler(predictor, inference, manager, timeout_ms, enable_cors)
     headers = dict(_CORS_HEADERS) if enable_cors else {}

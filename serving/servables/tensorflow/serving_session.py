@@ -6,14 +6,14 @@ same interface (``servables/tensorflow/bundle_factory_util.cc``: ``WrapSessionFo
 This module is that seam, asynchronous:
 
 * :class:`Session` -- the interface: ``await session.run_tensors(handle, feeds, fetches,
-  timeout_ms)`` for the servable version a :class:`~serving.manager.ServableHandle` pins;
+  timeout_ms)`` for the servable version a :class:`~serving.core.manager.ServableHandle` pins;
 * :class:`DirectSession` -- one ``Session.run`` per call on the request thread pool (no batching);
-* :class:`serving.batching.BatchingSession` -- the batching wrapper, same interface.
+* :class:`serving.batching.batching_session.BatchingSession` -- the batching wrapper, same interface.
 
-The servable (:class:`serving.servable.Servable`, or anything with a blocking ``run_tensors``:
+The servable (:class:`serving.servables.tensorflow.servable.Servable`, or anything with a blocking ``run_tensors``:
 :class:`TensorRunner`) does the TensorFlow work; a Session only decides when and on which thread.
 Wrappers with the same interface add behaviour around any Session (batching; the
-``runtime_latency`` metric in :mod:`serving.metrics`).
+``runtime_latency`` metric in :mod:`serving.util.metrics`).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from typing import Protocol
 
 import numpy as np
 
-from serving.executor import BlockingExecutor
-from serving.manager import ServableHandle
+from serving.core.manager import ServableHandle
+from serving.util.executor import BlockingExecutor
 
 __all__ = ["DirectSession", "Session", "TensorRunner"]
 
@@ -58,7 +58,7 @@ class Session(Protocol):
         version) until this returns. ``feeds`` are one request's tensors, ``{graph tensor name:
         array}``, batched along dimension 0 where the model expects it; the result is that
         request's fetched arrays, in ``fetches`` order. Raises
-        :class:`~serving.errors.ServingError`.
+        :class:`~serving.util.errors.ServingError`.
         """
         ...
 

@@ -16,7 +16,7 @@
 Without it, ``--model_name`` / ``--model_base_path`` build the same proto
 (``BuildSingleModelConfig``). :func:`validate_config` applies ``ServerCore``'s checks
 (``model_servers/server_core.cc``) with its messages: unique names, absolute base paths, platform
-``tensorflow``. Errors are :class:`~serving.errors.ServingError` with code ``INVALID_ARGUMENT``
+``tensorflow``. Errors are :class:`~serving.util.errors.ServingError` with code ``INVALID_ARGUMENT``
 and a one-line message. The config protos import without TensorFlow, so this is fast.
 """
 
@@ -29,8 +29,8 @@ from google.protobuf.message import Message
 from tensorflow_serving.config import model_server_config_pb2
 from tensorflow_serving.config.model_server_config_pb2 import ModelConfig, ModelServerConfig
 
-from serving.errors import Code, ServingError
-from serving.flags import ServerOptions
+from serving.model_servers.flags import ServerOptions
+from serving.util.errors import Code, ServingError
 
 __all__ = [
     "TENSORFLOW_PLATFORM",

@@ -30,8 +30,8 @@ from tensorflow_serving.apis.get_model_metadata_pb2 import GetModelMetadataRespo
 from tensorflow_serving.apis.get_model_status_pb2 import GetModelStatusResponse
 
 from serving.apis import ModelSpec
-from serving.errors import Code, ServingError
-from serving.manager import ServableManager
+from serving.core.manager import ServableManager
+from serving.util.errors import Code, ServingError
 
 __all__ = [
     "SIGNATURE_DEF_FIELD",

@@ -14,7 +14,7 @@ are aspired (should be loaded):
 :func:`list_versions` is the only filesystem access. :class:`FileSystemStoragePathSource` polls
 every ``--file_system_poll_wait_seconds`` (TF Serving's default 1; 0 polls once, when the config
 is applied) and hands each model's full aspired set -- version -> directory -- to
-the manager, which loads and unloads by :mod:`serving.aspired_version_policy`.
+the manager, which loads and unloads by :mod:`serving.core.aspired_version_policy`.
 
 **Trap: a version directory is picked up as soon as it appears.** Copying a SavedModel straight to
 ``base_path/2`` lets a poll see a half-written directory; its load then fails and the version stays
@@ -24,7 +24,7 @@ the same file system and rename it into place, which is atomic::
     cp -r export/ /models/foo/.2.incoming && mv /models/foo/.2.incoming /models/foo/2
 
 and remove an old version only after the new one is in place (see
-:mod:`serving.aspired_version_policy`).
+:mod:`serving.core.aspired_version_policy`).
 
 Deliberate differences from TF Serving: a missing ``base_path`` only skips that model's update
 (TF Serving's poll stops at the first such model, so the models after it get no updates either);
@@ -48,8 +48,8 @@ from tensorflow_serving.config.file_system_storage_path_source_pb2 import (
 )
 from tensorflow_serving.config.model_server_config_pb2 import ModelServerConfig
 
-from serving.errors import Code, ServingError
-from serving.periodic_function import PeriodicFunction
+from serving.util.errors import Code, ServingError
+from serving.util.periodic_function import PeriodicFunction
 
 __all__ = [
     "AspiredVersionsCallback",

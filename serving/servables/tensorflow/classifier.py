@@ -1,6 +1,7 @@
 """Classify, Regress and MultiInference: inference on serialized ``tf.Example`` inputs.
 
-The core both front ends call, as :class:`~serving.predict.Predictor` is for Predict. Follows TF
+The core both front ends call, as :class:`~serving.servables.tensorflow.predict_impl.Predictor` is
+for Predict. Follows TF
 Serving's ``servables/tensorflow/classifier.cc``, ``regressor.cc``, ``multi_inference.cc`` and
 ``util.cc`` (``InputToSerializedExampleTensor``, ``PerformOneShotTensorComputation``), with their
 error codes and messages:
@@ -22,14 +23,15 @@ error codes and messages:
 MultiInference runs several classify/regress signatures of one model that share the same input
 tensor in a single ``Session`` run (``Input tensor must be the same for all Signatures.``).
 
-Requests and results here are numpy-based; the REST codec (:mod:`serving.json_example`) and the
-gRPC codec (:mod:`serving.proto_codec`) translate. Each API is split like TF Serving's
+Requests and results here are numpy-based; the REST codec (:mod:`serving.util.json_example`) and the
+gRPC codec (:mod:`serving.util.proto_codec`) translate. Each API is split like TF Serving's
 ``RunClassify`` / ``RunRegress`` / ``RunMultiInference``: :func:`prepare_classify` (and
 ``prepare_regress``, ``prepare_multi_inference``) does the checks and names the tensors (an
 :class:`InferenceCall`), a ``Session`` run computes them, and
 :meth:`InferenceCall.finish` post-processes. :class:`InferenceRunner` does this for requests
 (checks on the event loop -- they are cheap -- and the run through the same
-:class:`~serving.session.Session` as Predict); :mod:`serving.warmup` does it for the warmup
+:class:`~serving.servables.tensorflow.serving_session.Session` as Predict);
+:mod:`serving.servables.tensorflow.saved_model_warmup` does it for the warmup
 records of a version being loaded, on its servable directly.
 """
 
@@ -46,11 +48,11 @@ from google.protobuf import text_format
 from tensorflow.core.protobuf.meta_graph_pb2 import SignatureDef
 
 from serving.apis import DEFAULT_SIGNATURE, ModelSpec
-from serving.errors import Code, ServingError
-from serving.executor import BlockingExecutor
-from serving.manager import ServableHandle, ServableManager
-from serving.session import DirectSession, Session
-from serving.tensor_proto import data_type_name
+from serving.core.manager import ServableHandle, ServableManager
+from serving.servables.tensorflow.serving_session import DirectSession, Session
+from serving.util.errors import Code, ServingError
+from serving.util.executor import BlockingExecutor
+from serving.util.tensor_proto import data_type_name
 
 __all__ = [
     "CLASSIFY_API",
@@ -183,7 +185,7 @@ class MultiInferenceResponse:
 class InferenceService(Protocol):
     """What the front ends call for Classify, Regress and MultiInference: an
     :class:`InferenceRunner` or a wrapper with its interface
-    (:class:`serving.metrics.MonitoredInference`)."""
+    (:class:`serving.util.metrics.MonitoredInference`)."""
 
     async def classify(
         self, request: ExampleRequest, *, timeout_ms: int | None = None
@@ -210,8 +212,10 @@ class InferenceCall(Generic[_R]):
 
     What :func:`prepare_classify`, :func:`prepare_regress` and :func:`prepare_multi_inference`
     return -- TF Serving's pre-processing, done -- and what both callers run: the request path
-    (:class:`InferenceRunner`, through a :class:`~serving.session.Session`) and the warmup replay
-    (:mod:`serving.warmup`, on the servable directly), so that the two cannot drift apart.
+    (:class:`InferenceRunner`, through a
+    :class:`~serving.servables.tensorflow.serving_session.Session`) and the warmup replay
+    (:mod:`serving.servables.tensorflow.saved_model_warmup`, on the servable directly), so that the
+    two cannot drift apart.
 
     ``feeds`` is ``{input tensor name: 1-D object array of serialized Examples}``, ``fetches``
     the output tensor names; :meth:`finish` turns the fetched values (in ``fetches`` order) into
@@ -348,12 +352,12 @@ def prepare_multi_inference(
 class InferenceRunner:
     """Runs Classify, Regress and MultiInference on the manager's servables.
 
-    The Examples go through a :class:`~serving.session.Session` (default: a
-    :class:`~serving.session.DirectSession` on ``executor``), the same seam as Predict, so
+    The Examples go through a :class:`~serving.servables.tensorflow.serving_session.Session` (default: a
+    :class:`~serving.servables.tensorflow.serving_session.DirectSession` on ``executor``), the same seam as Predict, so
     ``--enable_batching`` merges concurrent classify or regress calls too (TF Serving batches at
     its ``Session``, whatever the API). ``session_for(api)``, when given, is called once per API
     of :data:`INFERENCE_APIS` with its name and returns the Session that API runs through (the
-    server wraps ``session`` per API in :class:`serving.metrics.MonitoredSession`, which records
+    server wraps ``session`` per API in :class:`serving.util.metrics.MonitoredSession`, which records
     what TF Serving records per API); without it every API uses ``session``.
     ``method_name_check`` is ``--enable_signature_method_name_check``.
     """

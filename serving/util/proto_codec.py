@@ -1,9 +1,9 @@
 """``tensorflow_serving.apis`` protos <-> the server's internal request and response types.
 
-The gRPC front end's codec (the REST one is :mod:`serving.json_tensor` /
-:mod:`serving.json_example`): it turns the official messages (``predict.proto``,
+The gRPC front end's codec (the REST one is :mod:`serving.util.json_tensor` /
+:mod:`serving.util.json_example`): it turns the official messages (``predict.proto``,
 ``classification.proto``, ``regression.proto``, ``inference.proto``, ``input.proto``,
-``model.proto``) into :mod:`serving.apis` / :mod:`serving.classify_regress` types and back, with
+``model.proto``) into :mod:`serving.apis` / :mod:`serving.servables.tensorflow.classifier` types and back, with
 TF Serving's request checks that happen before any servable is looked up:
 
 * a request without ``model_spec`` -> ``INVALID_ARGUMENT Missing ModelSpec`` (predict_impl.cc,
@@ -12,7 +12,7 @@ TF Serving's request checks that happen before any servable is looked up:
   (predict_util.cc). Inputs are decoded here, before the signature is resolved, so a request
   that is wrong in both ways reports the tensor (TF Serving reports the signature first).
 
-Tensors go through :mod:`serving.tensor_proto`. Examples (``Input``) become the serialized
+Tensors go through :mod:`serving.util.tensor_proto`. Examples (``Input``) become the serialized
 ``tf.Example`` bytes TF Serving feeds (``InputToSerializedExampleTensor``): with
 ``example_list_with_context`` each is the serialized context followed by the serialized example.
 """
@@ -32,9 +32,8 @@ from tensorflow_serving.apis import (
     regression_pb2,
 )
 
-from serving import tensor_proto
 from serving.apis import ModelSpec, PredictRequest, PredictResponse
-from serving.classify_regress import (
+from serving.servables.tensorflow.classifier import (
     ClassificationResponse,
     ClassificationResult,
     ExampleRequest,
@@ -43,7 +42,8 @@ from serving.classify_regress import (
     MultiInferenceResponse,
     RegressionResponse,
 )
-from serving.errors import Code, ServingError
+from serving.util import tensor_proto
+from serving.util.errors import Code, ServingError
 
 __all__ = [
     "classification_response_to_proto",
@@ -118,7 +118,7 @@ def predict_response_to_proto(
     """:class:`~serving.apis.PredictResponse` -> ``PredictResponse``.
 
     ``as_content`` writes numeric outputs to ``tensor_content`` instead of the typed fields (see
-    :func:`serving.tensor_proto.from_ndarray`).
+    :func:`serving.util.tensor_proto.from_ndarray`).
     """
     proto = predict_pb2.PredictResponse()
     model_spec_to_proto(response.model_spec, proto.model_spec)

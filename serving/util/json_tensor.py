@@ -2,7 +2,7 @@
 
 Follows ``tensorflow_serving/util/json_tensor.{h,cc}`` (``FillPredictRequestFromJson``,
 ``MakeJsonFromTensors``) and ``tensorflow_serving/g3doc/api_rest.md``; error messages are TF
-Serving's, word for word, and every error is a :class:`~serving.errors.ServingError` with code
+Serving's, word for word, and every error is a :class:`~serving.util.errors.ServingError` with code
 ``INVALID_ARGUMENT`` (``UNIMPLEMENTED`` for input dtypes JSON cannot express).
 
 Request body (a JSON object; other top-level keys are ignored)::
@@ -66,8 +66,8 @@ from typing import Any
 import numpy as np
 import orjson
 
-from serving.errors import Code, ServingError
-from serving.tensor_proto import MAX_RANK
+from serving.util.errors import Code, ServingError
+from serving.util.tensor_proto import MAX_RANK
 
 __all__ = [
     "JsonFormat",

@@ -4,8 +4,8 @@ TF Serving wraps each servable's Session in a ``BatchingSession`` whose ``Run()`
 call in a ``SharedBatchScheduler`` queue and blocks until a batch thread has run the merged batch
 (``tensorflow_serving/batching/batching_session.cc``, ``.../shared_batch_scheduler.h``, the
 batching guide ``tensorflow_serving/batching/README.md``). :class:`BatchingSession` does the same
-behind the :class:`~serving.session.Session` interface, so Predict (and any other caller of a
-Session) batches without knowing it:
+behind the :class:`~serving.servables.tensorflow.serving_session.Session` interface, so Predict
+(and any other caller of a Session) batches without knowing it:
 
 * every call becomes a *task* in a queue keyed by servable version, feeds, fetches and the
   feeds' dtypes and shapes except the batch dimension (only ranks with
@@ -14,12 +14,12 @@ Session) batches without knowing it:
   closed batches waiting for a thread; a task that does not fit the open batch closes it, unless
   ``max_enqueued_batches`` batches are already waiting: then the call fails at once with
   ``UNAVAILABLE`` ``The batch scheduling queue to which this task was submitted is full``;
-* ``num_batch_threads`` threads (a :class:`~serving.executor.BlockingExecutor`) take batches from
+* ``num_batch_threads`` threads (a :class:`~serving.util.executor.BlockingExecutor`) take batches from
   the queues round-robin: a closed batch at once, the open batch once it is full or its first
   task has waited ``batch_timeout_micros``. With the default timeout 0 a lone request runs at once
   and requests arriving while every batch thread is busy pile into the next batch -- the batch
   size adapts to the load;
-* the batch thread merges the tasks' feeds (:mod:`serving.batch_merge`, padding to
+* the batch thread merges the tasks' feeds (:mod:`serving.batching.batching_util`, padding to
   ``allowed_batch_sizes`` and, with ``pad_variable_length_inputs``, dimensions 1+), runs one
   ``Session.run`` and hands every caller exactly its own rows. TensorFlow releases the GIL while
   it computes, so the event loop keeps parsing the next requests meanwhile;
@@ -62,7 +62,7 @@ Differences from TF Serving, each to keep one request's failure its own:
 Traps kept from TF Serving (the contract): requests whose inputs have no batch dimension (scalars)
 or disagree on it fail with TF Serving's ``Batching Run() input tensors must have ...`` errors once
 batching is on; every output must be batched along dimension 0 like the inputs; padding repeats
-real rows and values (see :mod:`serving.batch_merge`), and variable-length outputs come back
+real rows and values (see :mod:`serving.batching.batching_util`), and variable-length outputs come back
 padded to the longest request of the batch.
 """
 
@@ -81,17 +81,18 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from serving import batch_merge, flags
-from serving.config import read_text_proto_file
-from serving.errors import Code, ServingError, from_exception
-from serving.executor import BlockingExecutor
-from serving.manager import ServableHandle
+from serving.batching import batching_util as batch_merge
+from serving.config.model_server_config import read_text_proto_file
+from serving.core.manager import ServableHandle
+from serving.model_servers import flags
 from serving.protos.tensorflow_serving.servables.tensorflow import session_bundle_config_pb2
-from serving.session import TensorRunner
+from serving.servables.tensorflow.serving_session import TensorRunner
+from serving.util.errors import Code, ServingError, from_exception
+from serving.util.executor import BlockingExecutor
 
 if TYPE_CHECKING:
-    from serving.flags import ServerOptions
-    from serving.metrics import ServingMetrics
+    from serving.model_servers.flags import ServerOptions
+    from serving.util.metrics import ServingMetrics
 
 __all__ = [
     "MODEL_SERVER_THREAD_POOL_NAME",
@@ -358,7 +359,7 @@ class _Queue:
 
 
 class BatchingSession:
-    """A :class:`~serving.session.Session` that merges concurrent calls into batches.
+    """A :class:`~serving.servables.tensorflow.serving_session.Session` that merges concurrent calls into batches.
 
     One per server: its queues and ``num_batch_threads`` batch threads are shared by every model
     and version (TF Serving's one ``SharedBatchScheduler`` per server). Use it from one event
@@ -400,8 +401,8 @@ class BatchingSession:
         """Queue the call, await its batch(es), return its own rows of every fetched output.
 
         Raises, before queueing: ``INVALID_ARGUMENT`` for feeds that cannot be batched
-        (:func:`serving.batch_merge.task_size`, and ``Task size 300 is larger than maximum input
-        batch size 256``; with padding, :func:`serving.batch_merge.check_paddable`);
+        (:func:`serving.batching.batching_util.task_size`, and ``Task size 300 is larger than maximum input
+        batch size 256``; with padding, :func:`serving.batching.batching_util.check_paddable`);
         ``UNAVAILABLE`` ``The batch scheduling queue to which this task was submitted is full``
         (with splitting, followed by ``; task size is ... but scheduling capacity is only ...``).
         Afterwards: ``RESOURCE_EXHAUSTED`` if ``timeout_ms`` ran out in the queue, or what this
@@ -459,7 +460,7 @@ class BatchingSession:
     def _enqueue_splitting(self, queue: _Queue, task: _Task) -> list[_Task]:
         """``Queue::Schedule`` with ``enable_large_batch_splitting`` (eager split): queue ``task``
         whole if it fits the open batch's free rows, else split into parts
-        (:func:`serving.batch_merge.split_task_sizes`), each joining the open batch or, when it
+        (:func:`serving.batching.batching_util.split_task_sizes`), each joining the open batch or, when it
         does not fit, a new one. Returns the queued tasks (``task`` or its parts, in row order).
 
         Raises ``UNAVAILABLE`` with ``ValidateBatchTaskQueueCapacity``'s message when the queue's
@@ -653,7 +654,7 @@ class BatchingSession:
 
 async def _joined(parts: Sequence[_Task]) -> list[np.ndarray]:
     """Await every part of a split call: its outputs, each the parts' rows concatenated in order
-    (:func:`serving.batch_merge.concat_outputs`), or the first failing part's error.
+    (:func:`serving.batching.batching_util.concat_outputs`), or the first failing part's error.
 
     If the caller is cancelled, ``gather`` cancels the parts' futures, so batches not yet run
     leave them out (as for a cancelled unsplit call).
@@ -680,7 +681,7 @@ def batching_options(options: ServerOptions) -> BatchingOptions | None:
 
     ``--batching_parameters_file`` is read when given (else TF Serving's defaults, batch threads
     named ``model_server_batch_threads``); unset ``num_batch_threads`` is the schedulable CPUs
-    (:func:`serving.flags.schedulable_cpus`). A file given without ``--enable_batching`` is
+    (:func:`serving.model_servers.flags.schedulable_cpus`). A file given without ``--enable_batching`` is
     ignored, as TF Serving ignores it. Raises ``INVALID_ARGUMENT`` for a bad file or values.
     """
     if not options.enable_batching:

@@ -2,7 +2,7 @@
 
 TF Serving's ``Server::PollFilesystemAndReloadConfig`` (``model_servers/server.cc``): every N
 seconds (N > 0; 0 reads the file once, at start-up) the file is parsed again and handed to
-:meth:`ServableManager.reload_config <serving.manager.ServableManager.reload_config>`, whether it
+:meth:`ServableManager.reload_config <serving.core.manager.ServableManager.reload_config>`, whether it
 changed or not. Models added to the file are loaded, models removed are unloaded, changed version
 policies and labels apply. A file that does not parse, or a config the manager refuses, is logged
 and the running config stays in force:
@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import logging
 
-from serving.config import read_config_file
-from serving.errors import ServingError
-from serving.manager import ServableManager
-from serving.periodic_function import PeriodicFunction
+from serving.config.model_server_config import read_config_file
+from serving.core.manager import ServableManager
+from serving.util.errors import ServingError
+from serving.util.periodic_function import PeriodicFunction
 
 __all__ = ["ModelConfigFilePoller", "poll_filesystem_and_reload_config"]
 

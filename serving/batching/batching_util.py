@@ -4,7 +4,7 @@ TF Serving's ``BatchingSession`` (``tensorflow_serving/batching/batching_session
 ``ComputeInputSize``, ``MergeInputTensors``, ``SplitOutputTensors``) and ``batching_util.cc``
 (``RoundToLowestAllowedBatchSize``, ``CalculateMaxDimSizes``, ``AddPadding``), with their error
 messages. A *task* is one request's inputs, ``{input alias: array}``, every array batched along its
-0-th dimension; the scheduler that forms batches lives in :mod:`serving.batching`.
+0-th dimension; the scheduler that forms batches lives in :mod:`serving.batching.batching_session`.
 
 * :func:`task_size` -- rows of one task; all of its inputs must agree on the 0-th dimension.
 * :func:`padded_batch_size` -- the smallest allowed batch size that holds the batch.
@@ -25,7 +25,7 @@ Padding follows TF Serving, not intuition -- both are traps worth knowing:
   ``pad_value(input.flat<T>()(0))``), not with zeros; and the outputs are not un-padded, so a
   caller gets outputs as long as the longest request in its batch.
 
-Everything here is pure: numpy and :mod:`serving.errors` only, no TensorFlow.
+Everything here is pure: numpy and :mod:`serving.util.errors` only, no TensorFlow.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from serving.errors import Code, ServingError
+from serving.util.errors import Code, ServingError
 
 __all__ = [
     "MAX_PADDED_RANK",

@@ -14,8 +14,8 @@ Start-up, in TF Serving's order where it matters:
    log which versions are available once the initial loads are done.
 
 The front ends (:class:`FrontEnd`: REST on uvicorn, gRPC on ``grpc.aio``) run as tasks on one
-asyncio loop and call the same cores (:class:`~serving.predict.Predictor`,
-:class:`~serving.classify_regress.InferenceRunner`). Signals are owned here, not by uvicorn: on
+asyncio loop and call the same cores (:class:`~serving.servables.tensorflow.predict_impl.Predictor`,
+:class:`~serving.servables.tensorflow.classifier.InferenceRunner`). Signals are owned here, not by uvicorn: on
 SIGTERM/SIGINT every front end stops accepting and finishes its in-flight requests, loading stops
 after the current version, the versions are unloaded, and :func:`run` returns 0. A second signal
 forces the exit.
@@ -35,16 +35,22 @@ from typing import Any, Protocol
 
 import uvicorn
 
-from serving import batching, flags, warmup
-from serving.classify_regress import InferenceRunner
-from serving.config import ModelServerConfig
-from serving.config_reloader import ModelConfigFilePoller
-from serving.errors import Code, ServingError
-from serving.executor import BlockingExecutor
-from serving.flags import ServerOptions
-from serving.grpc_service import GrpcServer, ModelService, PredictionService
-from serving.manager import ServableManager
-from serving.metrics import (
+from serving.batching import batching_session as batching
+from serving.config.model_server_config import ModelServerConfig
+from serving.core.manager import ServableManager
+from serving.model_servers import flags
+from serving.model_servers.config_reloader import ModelConfigFilePoller
+from serving.model_servers.flags import ServerOptions
+from serving.model_servers.http_rest_api_handler import create_app
+from serving.model_servers.prediction_service_impl import GrpcServer, ModelService, PredictionService
+from serving.servables.tensorflow import saved_model_warmup as warmup
+from serving.servables.tensorflow.classifier import InferenceRunner
+from serving.servables.tensorflow.predict_impl import Predictor
+from serving.servables.tensorflow.servable import Servable
+from serving.servables.tensorflow.serving_session import DirectSession, Session
+from serving.util.errors import Code, ServingError
+from serving.util.executor import BlockingExecutor
+from serving.util.metrics import (
     MonitoredInference,
     MonitoredPredictor,
     MonitoredSession,
@@ -52,10 +58,6 @@ from serving.metrics import (
     instrument_loader,
     prometheus_path,
 )
-from serving.predict import Predictor
-from serving.rest import create_app
-from serving.servable import Servable
-from serving.session import DirectSession, Session
 
 __all__ = ["FrontEnd", "run", "serve"]
 

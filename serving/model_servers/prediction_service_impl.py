@@ -3,20 +3,20 @@
 Registered from the official generated stubs (``tensorflow_serving.apis.*_pb2_grpc``), so method
 paths and messages are TF Serving's own (``/tensorflow.serving.PredictionService/Predict`` ...):
 
-* ``PredictionService``: Predict (:class:`~serving.predict.Predictor`), Classify, Regress,
-  MultiInference (:class:`~serving.classify_regress.InferenceRunner`), GetModelMetadata
-  (:mod:`serving.metadata`) -- ``model_servers/prediction_service_impl.cc``;
+* ``PredictionService``: Predict (:class:`~serving.servables.tensorflow.predict_impl.Predictor`), Classify, Regress,
+  MultiInference (:class:`~serving.servables.tensorflow.classifier.InferenceRunner`), GetModelMetadata
+  (:mod:`serving.servables.tensorflow.get_model_metadata_impl`) -- ``model_servers/prediction_service_impl.cc``;
 * ``ModelService``: GetModelStatus and HandleReloadConfigRequest --
   ``model_servers/model_service_impl.cc``.
 
-Like the REST handler, the servicers only decode (:mod:`serving.proto_codec`), call the core and
+Like the REST handler, the servicers only decode (:mod:`serving.util.proto_codec`), call the core and
 encode. Errors are translated once, by :class:`StatusTranslated` around every method:
-a :class:`~serving.errors.ServingError` becomes the gRPC status of the same canonical code
+a :class:`~serving.util.errors.ServingError` becomes the gRPC status of the same canonical code
 (``NOT_FOUND Servable not found for request: Latest(foo)``, ``INVALID_ARGUMENT ...``), messages
 over 1024 characters cut with ``...TRUNCATED`` (``ToGRPCStatus`` of grpc_status_util.cc); any
-other exception is logged and answered through :func:`serving.errors.from_exception`.
+other exception is logged and answered through :func:`serving.util.errors.from_exception`.
 
-Server settings (``model_servers/server.cc``), each a :class:`~serving.flags.ServerOptions` flag:
+Server settings (``model_servers/server.cc``), each a :class:`~serving.model_servers.flags.ServerOptions` flag:
 
 * listens on ``--grpc_host:--port`` (``0.0.0.0`` like TF Serving) and, with
   ``--grpc_socket_path``, on ``unix:<path>``; a port already in use fails start-up (gRPC's
@@ -65,14 +65,16 @@ from tensorflow_serving.apis import (
 )
 from tensorflow_serving.config.model_server_config_pb2 import ModelServerConfig
 
-from serving import flags, metadata, proto_codec
-from serving.classify_regress import InferenceService
-from serving.config import read_text_proto_file
-from serving.errors import Code, ServingError, from_exception
-from serving.flags import ServerOptions
-from serving.manager import ServableManager
-from serving.predict import PredictService
+from serving.config.model_server_config import read_text_proto_file
+from serving.core.manager import ServableManager
+from serving.model_servers import flags
+from serving.model_servers.flags import ServerOptions
 from serving.protos.tensorflow_serving.config.ssl_config_pb2 import SSLConfig
+from serving.servables.tensorflow import get_model_metadata_impl as metadata
+from serving.servables.tensorflow.classifier import InferenceService
+from serving.servables.tensorflow.predict_impl import PredictService
+from serving.util import proto_codec
+from serving.util.errors import Code, ServingError, from_exception
 
 __all__ = [
     "GrpcServer",

@@ -98,14 +98,14 @@ import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from serving.apis import ModelSpec, PredictRequest, PredictResponse
-from serving.config import read_text_proto_file
-from serving.errors import Code, ServingError
-from serving.manager import ServableHandle
+from serving.config.model_server_config import read_text_proto_file
+from serving.core.manager import ServableHandle
 from serving.protos.tensorflow_serving.config import monitoring_config_pb2
-from serving.session import Session
+from serving.servables.tensorflow.serving_session import Session
+from serving.util.errors import Code, ServingError
 
 if TYPE_CHECKING:  # classify_regress imports TensorFlow; only its types are needed here
-    from serving.classify_regress import (
+    from serving.servables.tensorflow.classifier import (
         ClassificationResponse,
         ExampleRequest,
         InferenceService,
@@ -113,7 +113,7 @@ if TYPE_CHECKING:  # classify_regress imports TensorFlow; only its types are nee
         MultiInferenceResponse,
         RegressionResponse,
     )
-    from serving.predict import PredictService
+    from serving.servables.tensorflow.predict_impl import PredictService
 
 __all__ = [
     "API_LABELS",
@@ -457,7 +457,8 @@ async def _recorded(
 
 
 class MonitoredPredictor:
-    """A :class:`~serving.predict.Predictor` recording ``request_count`` and ``request_latency``.
+    """A :class:`~serving.servables.tensorflow.predict_impl.Predictor` recording ``request_count``
+    and ``request_latency``.
 
     Same interface as the predictor it wraps; one per front end, which names itself with
     ``entrypoint`` (``REST``/``GRPC``); ``api`` defaults to TF Serving's label for that front end
@@ -507,7 +508,7 @@ class MonitoredPredictor:
 
 
 class MonitoredInference:
-    """An :class:`~serving.classify_regress.InferenceRunner` recording its requests.
+    """An :class:`~serving.servables.tensorflow.classifier.InferenceRunner` recording its requests.
 
     Same interface as the runner it wraps; one per front end (``entrypoint`` ``REST`` or
     ``GRPC``). Classify and Regress record ``request_count`` and ``request_latency`` with TF
@@ -556,7 +557,8 @@ class MonitoredInference:
 
 
 class MonitoredSession:
-    """A :class:`~serving.session.Session` recording what TF Serving records per Session run.
+    """A :class:`~serving.servables.tensorflow.serving_session.Session` recording what TF Serving
+    records per Session run.
 
     Same interface as the Session it wraps; ``api`` is the core API whose calls it runs
     (``Predict``, ``Classify``, ``Regress``, ``MultiInference``) and decides what a successful run
@@ -578,7 +580,7 @@ class MonitoredSession:
         fetches: Sequence[str],
         timeout_ms: int | None,
     ) -> list[np.ndarray]:
-        """See :meth:`serving.session.Session.run_tensors`."""
+        """See :meth:`serving.servables.tensorflow.serving_session.Session.run_tensors`."""
         started = time.perf_counter()
         values = await self._session.run_tensors(handle, feeds, fetches, timeout_ms)
         self._metrics.record_session_run(

@@ -111,7 +111,7 @@ class ServerOptions:
     enable_signature_method_name_check: bool = False
     """Reject predict calls on signatures whose method_name is not predict/classify/regress."""
     enable_batching: bool = False
-    """Merge concurrent requests into batches (:mod:`serving.batching`)."""
+    """Merge concurrent requests into batches (:mod:`serving.batching.batching_session`)."""
     batching_parameters_file: str = ""
     """``BatchingParameters`` text proto for ``--enable_batching`` (default: TF Serving's)."""
     enable_model_warmup: bool = True
@@ -128,13 +128,13 @@ class ServerOptions:
     """Threads loading versions concurrently (0 or 1: one at a time)."""
     monitoring_config_file: str = ""
     """``MonitoringConfig`` text proto: serve Prometheus metrics on the REST port
-    (:mod:`serving.metrics`)."""
+    (:mod:`serving.util.metrics`)."""
     platform_config_file: str = ""
     """PlatformConfigMap text proto (accepted; only the ``tensorflow`` platform exists)."""
     per_process_gpu_memory_fraction: float = 0.0
     """GPU memory fraction (accepted; CPU only)."""
     ssl_config_file: str = ""
-    """``SSLConfig`` text proto: serve gRPC over TLS (see :mod:`serving.grpc_service`)."""
+    """``SSLConfig`` text proto: serve gRPC over TLS (see :mod:`serving.model_servers.prediction_service_impl`)."""
     version: bool = False
     """Print the version and exit."""
 
