@@ -83,7 +83,7 @@ import numpy as np
 
 from serving.batching import batching_util as batch_merge
 from serving.config.model_server_config import read_text_proto_file
-from serving.core.manager import ServableHandle
+from serving.core.servable_handle import ServableHandle
 from serving.model_servers import flags
 from serving.protos.tensorflow_serving.servables.tensorflow import session_bundle_config_pb2
 from serving.servables.tensorflow.serving_session import TensorRunner

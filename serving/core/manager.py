@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import enum
 import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -57,29 +56,17 @@ from serving.core.aspired_version_policy import (
     availability_preserving_policy,
     next_action,
 )
+from serving.core.servable_handle import ServableHandle
+from serving.core.servable_state import ManagerState, ServableState
 from serving.sources.storage_path import file_system_storage_path_source as source
 from serving.util.errors import Code, ServingError, from_exception
 
 if TYPE_CHECKING:
     from tensorflow_serving.config.model_server_config_pb2 import ModelServerConfig
 
-__all__ = ["ManagerState", "ServableHandle", "ServableManager", "ServableState"]
+__all__ = ["ServableManager"]
 
 _log = logging.getLogger(__name__)
-
-
-class ManagerState(enum.IntEnum):
-    """Lifecycle of one servable version: ``ServableState::ManagerState``.
-
-    The numbers are those of ``ModelVersionStatus.State`` in get_model_status.proto, which the
-    model-status endpoint reports.
-    """
-
-    START = 10  # aspired (on disk, wanted by the version policy); not loading yet
-    LOADING = 20  # the SavedModel is being read, its Session restored, warmup replayed
-    AVAILABLE = 30  # loaded; requests are served from it
-    UNLOADING = 40  # being torn down: no new requests reach it, in-flight ones finish first
-    END = 50  # gone: unloaded, or its load failed (``health`` then holds the error)
 
 
 #: What the status API reports for each harness state.
@@ -91,23 +78,6 @@ _MANAGER_STATE: Mapping[HarnessState, ManagerState] = {
     HarnessState.DISABLED: ManagerState.END,
     HarnessState.ERROR: ManagerState.END,
 }
-
-
-@dataclass(frozen=True)
-class ServableState:
-    """A version's state and health (``None`` = OK), as ``GetModelStatus`` reports it."""
-
-    state: ManagerState
-    health: ServingError | None = None
-
-
-@dataclass(frozen=True)
-class ServableHandle:
-    """The servable a request runs on, pinned for the request's duration."""
-
-    name: str
-    version: int
-    servable: Any  # serving.servables.tensorflow.servable.Servable (not imported: this module stays TensorFlow-free)
 
 
 @dataclass(eq=False)

@@ -38,10 +38,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from serving.apis import ModelSpec
+from serving.apis import ExampleRequest, ModelSpec
 from serving.core.manager import ServableManager
 from serving.servables.tensorflow import get_model_metadata_impl as metadata
-from serving.servables.tensorflow.classifier import ExampleRequest, InferenceService
+from serving.servables.tensorflow.inference_runner import InferenceService
 from serving.servables.tensorflow.predict_impl import PredictService
 from serving.util import json_example, json_tensor, metrics
 from serving.util.errors import Code, ServingError, from_exception

@@ -71,7 +71,7 @@ from serving.model_servers import flags
 from serving.model_servers.flags import ServerOptions
 from serving.protos.tensorflow_serving.config.ssl_config_pb2 import SSLConfig
 from serving.servables.tensorflow import get_model_metadata_impl as metadata
-from serving.servables.tensorflow.classifier import InferenceService
+from serving.servables.tensorflow.inference_runner import InferenceService
 from serving.servables.tensorflow.predict_impl import PredictService
 from serving.util import proto_codec
 from serving.util.errors import Code, ServingError, from_exception

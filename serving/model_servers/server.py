@@ -44,7 +44,7 @@ from serving.model_servers.flags import ServerOptions
 from serving.model_servers.http_rest_api_handler import create_app
 from serving.model_servers.prediction_service_impl import GrpcServer, ModelService, PredictionService
 from serving.servables.tensorflow import saved_model_warmup as warmup
-from serving.servables.tensorflow.classifier import InferenceRunner
+from serving.servables.tensorflow.inference_runner import InferenceRunner
 from serving.servables.tensorflow.predict_impl import Predictor
 from serving.servables.tensorflow.servable import Servable
 from serving.servables.tensorflow.serving_session import DirectSession, Session

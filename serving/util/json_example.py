@@ -57,10 +57,10 @@ from typing import Any
 
 import numpy as np
 import orjson
-from tensorflow.core.example.example_pb2 import Example
-from tensorflow.core.example.feature_pb2 import Feature
 
-from serving.servables.tensorflow.classifier import ClassificationResult
+from serving.apis import ClassificationResult
+from serving.protos.tensorflow.core.example.example_pb2 import Example
+from serving.protos.tensorflow.core.example.feature_pb2 import Feature
 from serving.util.errors import Code, ServingError
 
 # Shared rapidjson emulation of the predict codec (same module family as json_tensor.cc).

@@ -66,8 +66,8 @@ from typing import Any
 import numpy as np
 import orjson
 
+from serving.apis import MAX_RANK
 from serving.util.errors import Code, ServingError
-from serving.util.tensor_proto import MAX_RANK
 
 __all__ = [
     "JsonFormat",

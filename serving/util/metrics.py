@@ -99,20 +99,20 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from serving.apis import ModelSpec, PredictRequest, PredictResponse
 from serving.config.model_server_config import read_text_proto_file
-from serving.core.manager import ServableHandle
+from serving.core.servable_handle import ServableHandle
 from serving.protos.tensorflow_serving.config import monitoring_config_pb2
 from serving.servables.tensorflow.serving_session import Session
 from serving.util.errors import Code, ServingError
 
 if TYPE_CHECKING:  # classify_regress imports TensorFlow; only its types are needed here
-    from serving.servables.tensorflow.classifier import (
+    from serving.apis import (
         ClassificationResponse,
         ExampleRequest,
-        InferenceService,
         MultiInferenceRequest,
         MultiInferenceResponse,
         RegressionResponse,
     )
+    from serving.servables.tensorflow.inference_runner import InferenceService
     from serving.servables.tensorflow.predict_impl import PredictService
 
 __all__ = [

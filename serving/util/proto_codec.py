@@ -32,14 +32,16 @@ from tensorflow_serving.apis import (
     regression_pb2,
 )
 
-from serving.apis import ModelSpec, PredictRequest, PredictResponse
-from serving.servables.tensorflow.classifier import (
+from serving.apis import (
     ClassificationResponse,
     ClassificationResult,
     ExampleRequest,
     InferenceTask,
+    ModelSpec,
     MultiInferenceRequest,
     MultiInferenceResponse,
+    PredictRequest,
+    PredictResponse,
     RegressionResponse,
 )
 from serving.util import tensor_proto

@@ -39,6 +39,8 @@ import numpy as np
 from tensorflow.core.framework import types_pb2
 from tensorflow.core.framework.tensor_pb2 import TensorProto
 
+from serving.apis import MAX_RANK
+
 __all__ = ["TensorProtoError", "data_type_name", "from_ndarray", "to_ndarray"]
 
 
@@ -46,8 +48,6 @@ class TensorProtoError(ValueError):
     """A ``TensorProto`` TensorFlow could not turn into a tensor (or an array into a proto)."""
 
 
-# numpy's limit on dimensions (TensorFlow's own is 254): a deeper request tensor is refused.
-MAX_RANK = 64
 
 
 @dataclass(frozen=True)

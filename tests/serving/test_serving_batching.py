@@ -24,7 +24,7 @@ from serving_testlib import REPO_ROOT
 
 from serving.batching import batching_session as batching
 from serving.batching.batching_session import BatchingOptions, BatchingSession
-from serving.core.manager import ServableHandle
+from serving.core.servable_handle import ServableHandle
 from serving.model_servers.flags import parse_flags
 from serving.util.errors import Code, ServingError
 from serving.util.executor import BlockingExecutor

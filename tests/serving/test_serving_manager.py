@@ -12,7 +12,8 @@ from google.protobuf import text_format
 
 from serving.apis import ModelSpec
 from serving.config.model_server_config import ModelServerConfig
-from serving.core.manager import ManagerState, ServableManager, ServableState
+from serving.core.manager import ServableManager
+from serving.core.servable_state import ManagerState, ServableState
 from serving.util.errors import Code, ServingError
 
 

@@ -15,7 +15,7 @@ import pytest
 from serving_testlib import REPO_ROOT
 
 from serving.apis import ModelSpec, PredictRequest, PredictResponse
-from serving.core.manager import ServableHandle
+from serving.core.servable_handle import ServableHandle
 from serving.util.errors import Code, ServingError
 from serving.util.metrics import (
     API_LABELS,
@@ -207,7 +207,7 @@ class _Inference:
 def test_monitored_inference_records_classify_and_regress_like_tf_serving(
     entrypoint: str,
 ) -> None:
-    from serving.servables.tensorflow.classifier import ExampleRequest, InferenceTask, MultiInferenceRequest
+    from serving.apis import ExampleRequest, InferenceTask, MultiInferenceRequest
 
     metrics = ServingMetrics()
     inference = MonitoredInference(_Inference(), metrics, entrypoint=entrypoint)
@@ -240,7 +240,7 @@ def test_monitored_inference_records_classify_and_regress_like_tf_serving(
 
 
 def test_monitored_inference_records_failures_with_their_code() -> None:
-    from serving.servables.tensorflow.classifier import ExampleRequest
+    from serving.apis import ExampleRequest
 
     metrics = ServingMetrics()
     error = ServingError(Code.INVALID_ARGUMENT, "No signature was found with the name: x")

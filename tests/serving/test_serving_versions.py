@@ -28,7 +28,8 @@ from serving.core.aspired_version_policy import (
     availability_preserving_policy,
     next_action,
 )
-from serving.core.manager import ManagerState, ServableManager
+from serving.core.manager import ServableManager
+from serving.core.servable_state import ManagerState
 from serving.core.version_labels import update_model_version_label_map
 from serving.model_servers.config_reloader import poll_filesystem_and_reload_config
 from serving.sources.storage_path import file_system_storage_path_source as source

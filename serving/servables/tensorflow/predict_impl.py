@@ -25,7 +25,8 @@ from typing import Protocol, TypeVar
 import numpy as np
 
 from serving.apis import ModelSpec, PredictRequest, PredictResponse
-from serving.core.manager import ServableHandle, ServableManager
+from serving.core.manager import ServableManager
+from serving.core.servable_handle import ServableHandle
 from serving.servables.tensorflow.serving_session import DirectSession, Session
 from serving.util.executor import BlockingExecutor
 

@@ -59,12 +59,10 @@ from google.protobuf.message import DecodeError
 from tensorflow.core.protobuf.meta_graph_pb2 import SignatureDef
 from tensorflow_serving.apis import prediction_log_pb2
 
-from serving.servables.tensorflow.classifier import (
-    ExampleRequest,
-    prepare_classify,
-    prepare_multi_inference,
-    prepare_regress,
-)
+from serving.apis import ExampleRequest
+from serving.servables.tensorflow.classifier import prepare_classify
+from serving.servables.tensorflow.multi_inference import prepare_multi_inference
+from serving.servables.tensorflow.regressor import prepare_regress
 from serving.util import proto_codec
 from serving.util.errors import Code, ServingError, from_exception
 from serving.util.metrics import ServingMetrics, fed_rows

@@ -23,7 +23,7 @@ from typing import Protocol
 
 import numpy as np
 
-from serving.core.manager import ServableHandle
+from serving.core.servable_handle import ServableHandle
 from serving.util.executor import BlockingExecutor
 
 __all__ = ["DirectSession", "Session", "TensorRunner"]
