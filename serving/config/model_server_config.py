@@ -14,7 +14,8 @@
     }
 
 Without it, ``--model_name`` / ``--model_base_path`` build the same proto
-(``BuildSingleModelConfig``). :func:`validate_config` applies ``ServerCore``'s checks
+(``BuildSingleModelConfig``, :func:`serving.model_servers.server_config.load_config` chooses).
+:func:`validate_config` applies ``ServerCore``'s checks
 (``model_servers/server_core.cc``) with its messages: unique names, absolute base paths, platform
 ``tensorflow``. Errors are :class:`~serving.util.errors.ServingError` with code ``INVALID_ARGUMENT``
 and a one-line message. The config protos import without TensorFlow, so this is fast.
@@ -22,27 +23,19 @@ and a one-line message. The config protos import without TensorFlow, so this is 
 
 from __future__ import annotations
 
-from typing import TypeVar
-
-from google.protobuf import text_format
-from google.protobuf.message import Message
 from tensorflow_serving.config import model_server_config_pb2
 from tensorflow_serving.config.model_server_config_pb2 import ModelConfig, ModelServerConfig
 
-from serving.model_servers.flags import ServerOptions
 from serving.util.errors import Code, ServingError
+from serving.util.proto_util import read_text_proto_file
 
 __all__ = [
     "TENSORFLOW_PLATFORM",
     "ModelServerConfig",
     "build_single_model_config",
-    "load_config",
     "read_config_file",
-    "read_text_proto_file",
     "validate_config",
 ]
-
-MessageT = TypeVar("MessageT", bound=Message)
 
 #: ``kTensorFlowModelPlatform``: the only platform this server runs.
 TENSORFLOW_PLATFORM = "tensorflow"
@@ -58,38 +51,7 @@ def read_config_file(path: str) -> ModelServerConfig:
     Raises ``INVALID_ARGUMENT``: ``Invalid protobuf file: '<path>': <parser detail>`` (TF Serving's
     message plus the parser's reason), or ``Could not read model config file '<path>': <reason>``.
     """
-    try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise _invalid(f"Could not read model config file '{path}': {reason}") from None
-    try:
-        return text_format.Parse(text, ModelServerConfig())
-    except text_format.ParseError as exc:
-        detail = " ".join(str(exc).split())
-        raise _invalid(f"Invalid protobuf file: '{path}': {detail}") from None
-
-
-def read_text_proto_file(path: str, message: MessageT, what: str) -> MessageT:
-    """Parse the text-format proto file at ``path`` into ``message`` (``ParseProtoTextFile``).
-
-    For the server's other config files (``--batching_parameters_file``,
-    ``--monitoring_config_file``); ``what`` names the file in errors. Raises
-    ``INVALID_ARGUMENT``: ``Could not read <what> file '<path>': <reason>`` or ``Invalid protobuf
-    file: '<path>': <parser detail>``.
-    """
-    try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise _invalid(f"Could not read {what} file '{path}': {reason}") from None
-    try:
-        return text_format.Parse(text, message)
-    except text_format.ParseError as exc:
-        detail = " ".join(str(exc).split())
-        raise _invalid(f"Invalid protobuf file: '{path}': {detail}") from None
+    return read_text_proto_file(path, ModelServerConfig(), "model config")
 
 
 def build_single_model_config(model_name: str, model_base_path: str) -> ModelServerConfig:
@@ -158,13 +120,3 @@ def _check_platform(model: ModelConfig) -> None:
 def _is_absolute_path_or_uri(path: str) -> bool:
     """Not ``UriIsRelativePath``: a scheme (``gs://``) or an absolute path."""
     return "://" in path or path.startswith("/")
-
-
-def load_config(options: ServerOptions) -> ModelServerConfig:
-    """The config the flags describe, validated: the file if given, else the single model."""
-    if options.model_config_file:
-        config = read_config_file(options.model_config_file)
-    else:
-        config = build_single_model_config(options.model_name, options.model_base_path)
-    validate_config(config)
-    return config

@@ -20,8 +20,12 @@ import sys
 from collections.abc import Sequence
 from types import FrameType
 
+from serving.config.monitoring_config import prometheus_path
+from serving.core.version_labels import update_model_version_label_map
 from serving.model_servers import flags
+from serving.model_servers.server_config import batching_options, load_config
 from serving.util.errors import ServingError
+from serving.util.lean_import import keep_optional_packages_out
 
 _PROG = "python -m serving"
 
@@ -51,9 +55,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     # Until the server's event loop takes the signals over, SIGTERM just ends start-up.
     signal.signal(signal.SIGTERM, _exit_cleanly)
-    from serving.config.model_server_config import load_config
-    from serving.core.version_labels import update_model_version_label_map
-
     try:
         config = load_config(options)
         # ServerCore checks labels before loading anything: at start-up nothing is AVAILABLE yet.
@@ -66,9 +67,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             ),
         )
         # The other config files too, before TensorFlow loads (the server reads them again).
-        from serving.batching.batching_session import batching_options
-        from serving.util.metrics import prometheus_path
-
         batching_options(options)
         prometheus_path(options.monitoring_config_file)
     except ServingError as exc:
@@ -80,10 +78,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s.%(msecs)03d %(levelname).1s %(name)s] %(message)s",
         datefmt="%Y-%m-%d %H:%M:%S",
     )
-    from serving.util.lean_import import keep_optional_packages_out
-
     keep_optional_packages_out()  # before TensorFlow is imported: saves ~135 MB of RSS
-    from serving.model_servers import server
+    from serving.model_servers import server  # imports TensorFlow: only now
+
 
     try:
         return server.run(options, config)

@@ -65,7 +65,6 @@ from tensorflow_serving.apis import (
 )
 from tensorflow_serving.config.model_server_config_pb2 import ModelServerConfig
 
-from serving.config.model_server_config import read_text_proto_file
 from serving.core.manager import ServableManager
 from serving.model_servers import flags
 from serving.model_servers.flags import ServerOptions
@@ -75,6 +74,7 @@ from serving.servables.tensorflow.inference_runner import InferenceService
 from serving.servables.tensorflow.predict_impl import PredictService
 from serving.util import proto_codec
 from serving.util.errors import Code, ServingError, from_exception
+from serving.util.proto_util import read_text_proto_file
 
 __all__ = [
     "GrpcServer",

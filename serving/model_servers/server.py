@@ -35,29 +35,30 @@ from typing import Any, Protocol
 
 import uvicorn
 
-from serving.batching import batching_session as batching
+from serving.batching.batching_session import BatchingSession
 from serving.config.model_server_config import ModelServerConfig
+from serving.config.monitoring_config import prometheus_path
 from serving.core.manager import ServableManager
 from serving.model_servers import flags
 from serving.model_servers.config_reloader import ModelConfigFilePoller
 from serving.model_servers.flags import ServerOptions
 from serving.model_servers.http_rest_api_handler import create_app
 from serving.model_servers.prediction_service_impl import GrpcServer, ModelService, PredictionService
+from serving.model_servers.server_config import batching_options
 from serving.servables.tensorflow import saved_model_warmup as warmup
 from serving.servables.tensorflow.inference_runner import InferenceRunner
+from serving.servables.tensorflow.monitored import (
+    MonitoredInference,
+    MonitoredPredictor,
+    MonitoredSession,
+    instrument_loader,
+)
 from serving.servables.tensorflow.predict_impl import Predictor
 from serving.servables.tensorflow.servable import Servable
 from serving.servables.tensorflow.serving_session import DirectSession, Session
 from serving.util.errors import Code, ServingError
 from serving.util.executor import BlockingExecutor
-from serving.util.metrics import (
-    MonitoredInference,
-    MonitoredPredictor,
-    MonitoredSession,
-    ServingMetrics,
-    instrument_loader,
-    prometheus_path,
-)
+from serving.util.metrics import ServingMetrics
 
 __all__ = ["FrontEnd", "run", "serve"]
 
@@ -80,7 +81,7 @@ def run(options: ServerOptions, config: ModelServerConfig) -> int:
 async def serve(options: ServerOptions, config: ModelServerConfig) -> int:
     """The server's whole life inside the running event loop."""
     # The other config files first: a bad one fails start-up before anything is loaded.
-    batching_options = batching.batching_options(options)
+    batching = batching_options(options)
     metrics_path = prometheus_path(options.monitoring_config_file)
     metrics = ServingMetrics()
     intra_op, inter_op = flags.session_threads(options)
@@ -134,12 +135,12 @@ async def serve(options: ServerOptions, config: ModelServerConfig) -> int:
     load_executor = BlockingExecutor(2, "servable-load")
     session: Session = DirectSession(request_executor)
     batch_executor = None
-    if batching_options is not None:
-        _log.info("Batching: %s", batching_options.describe())
+    if batching is not None:
+        _log.info("Batching: %s", batching.describe())
         batch_executor = BlockingExecutor(
-            batching_options.num_batch_threads, batching_options.thread_pool_name
+            batching.num_batch_threads, batching.thread_pool_name
         )
-        session = batching.BatchingSession(batching_options, batch_executor, metrics)
+        session = BatchingSession(batching, batch_executor, metrics)
     # Each core API runs through the same (batching or direct) Session, wrapped per API in what
     # TF Serving records per Session run (runtime_latency, or MultiInference's example counts).
     predictor = Predictor(

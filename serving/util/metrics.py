@@ -1,16 +1,12 @@
 """The model server's Prometheus metrics: TF Serving's names, labels and buckets, in one place.
 
-``--monitoring_config_file`` is TF Serving's ``MonitoringConfig`` text proto
-(``tensorflow_serving/config/monitoring_config.proto``)::
-
-    prometheus_config { enable: true path: "/monitoring/prometheus/metrics" }
-
-With ``enable: true`` the REST port answers ``GET <path>`` (default
-``/monitoring/prometheus/metrics``, ``PrometheusExporter::kPrometheusPath``) with every metric in
-Prometheus' text format, as ``tensorflow_serving/util/prometheus_exporter.cc`` writes it: TF's
-metric path with ``/`` turned into ``:`` (so names start with a colon, which Prometheus allows),
-a ``# TYPE`` line per metric and no ``# HELP``. Metrics are always recorded (as in TF Serving);
-the config only decides whether they are served.
+With ``--monitoring_config_file`` (:mod:`serving.config.monitoring_config`) the REST port answers
+``GET <path>`` with every metric in Prometheus' text format, as
+``tensorflow_serving/util/prometheus_exporter.cc`` writes it (:meth:`ServingMetrics.render`): TF's
+metric path with ``/`` turned into ``:`` (so names start with a colon, which Prometheus allows), a
+``# TYPE`` line per metric and no ``# HELP``. Metrics are always recorded (as in TF Serving); the
+config only decides whether they are served. The recording wrappers are in
+:mod:`serving.servables.tensorflow.monitored`.
 
 =================================================================  ================================
 metric (type; labels)                                              recorded
@@ -67,8 +63,8 @@ record no example counts (TF Serving removed their ``RecordRequestExampleCount``
 ``TF_RETURN_IF_ERROR(session->Run(...))``.
 
 Differences from TF Serving, on purpose: ``request_count``/``request_latency`` are recorded for
-REST and gRPC alike, once, by :class:`MonitoredPredictor` / :class:`MonitoredInference` around the
-core call, for every outcome, with its ``status`` (TF Serving records them in each transport
+REST and gRPC alike, once, by the wrappers of :mod:`serving.servables.tensorflow.monitored`
+around the core call, for every outcome, with its ``status`` (TF Serving records them in each transport
 handler; its ``request_latency`` also covers proto decoding, and its newer releases record it for
 successful requests only, without a ``status`` label). A request refused before the core call --
 JSON that does not parse, a gRPC request without ``model_spec`` -- is not counted; REST predict's
@@ -87,52 +83,24 @@ prometheus-client accepts names with a leading colon as they are.
 
 from __future__ import annotations
 
-import asyncio
 import math
-import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any
 
-import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from serving.apis import ModelSpec, PredictRequest, PredictResponse
-from serving.config.model_server_config import read_text_proto_file
-from serving.core.servable_handle import ServableHandle
-from serving.protos.tensorflow_serving.config import monitoring_config_pb2
-from serving.servables.tensorflow.serving_session import Session
-from serving.util.errors import Code, ServingError
-
-if TYPE_CHECKING:  # classify_regress imports TensorFlow; only its types are needed here
-    from serving.apis import (
-        ClassificationResponse,
-        ExampleRequest,
-        MultiInferenceRequest,
-        MultiInferenceResponse,
-        RegressionResponse,
-    )
-    from serving.servables.tensorflow.inference_runner import InferenceService
-    from serving.servables.tensorflow.predict_impl import PredictService
+from serving.util.errors import Code
 
 __all__ = [
     "API_LABELS",
     "CONTENT_TYPE",
     "EXAMPLE_COUNT_APIS",
-    "PROMETHEUS_PATH",
     "RUNTIME_LATENCY_APIS",
-    "MonitoredInference",
-    "MonitoredPredictor",
-    "MonitoredSession",
     "ServingMetrics",
     "exponential_buckets",
-    "fed_rows",
-    "instrument_loader",
-    "prometheus_path",
 ]
 
-#: ``PrometheusExporter::kPrometheusPath``: where metrics are served when the config names none.
-PROMETHEUS_PATH = "/monitoring/prometheus/metrics"
 #: Prometheus' text exposition format, version 0.0.4.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -155,10 +123,6 @@ RUNTIME_LATENCY_APIS = frozenset({"Predict", "Classify", "Regress"})
 #: Core APIs whose successful run records its number of examples (``RecordRequestExampleCount``):
 #: multi_inference.cc only.
 EXAMPLE_COUNT_APIS = frozenset({"MultiInference"})
-
-_T = TypeVar("_T")
-_C = TypeVar("_C")
-
 
 def exponential_buckets(
     scale: float, growth_factor: float, bucket_count: int
@@ -405,213 +369,3 @@ def _number(value: float) -> str:
     if value == int(value) and abs(value) < 2**63:
         return str(int(value))
     return repr(value)
-
-
-def prometheus_path(monitoring_config_file: str) -> str | None:
-    """The path to serve metrics at, from ``--monitoring_config_file``; ``None``: not served.
-
-    ``None`` when the flag is empty or ``prometheus_config.enable`` is false; the config's
-    ``path``, or :data:`PROMETHEUS_PATH` when it is empty. Raises ``INVALID_ARGUMENT`` for an
-    unreadable or malformed file (TF Serving's ``Invalid protobuf file: '<path>'``), and for a
-    path that does not start with ``/``.
-    """
-    if not monitoring_config_file:
-        return None
-    config = read_text_proto_file(
-        monitoring_config_file, monitoring_config_pb2.MonitoringConfig(), "monitoring config"
-    )
-    if not config.prometheus_config.enable:
-        return None
-    path = config.prometheus_config.path or PROMETHEUS_PATH
-    if not path.startswith("/"):
-        raise ServingError(
-            Code.INVALID_ARGUMENT, f"prometheus_config.path must start with '/'; got {path!r}"
-        )
-    return path
-
-
-async def _recorded(
-    metrics: ServingMetrics, model_name: str, api: str, entrypoint: str, call: Awaitable[_T]
-) -> _T:
-    """Await ``call`` -- one request's core call -- and record it: the one place a request is
-    recorded (``request_count`` and ``request_latency``), whatever the API and front end.
-
-    A request that fails records its canonical code as ``status``; one cancelled by its client
-    (a gRPC deadline, a REST client gone), ``CANCELLED``; any other exception, ``UNKNOWN``.
-    Raises what ``call`` raises.
-    """
-    started = time.perf_counter()
-    code = Code.UNKNOWN
-    try:
-        result = await call
-        code = Code.OK
-        return result
-    except ServingError as exc:
-        code = exc.code
-        raise
-    except asyncio.CancelledError:
-        code = Code.CANCELLED
-        raise
-    finally:
-        metrics.record_request(model_name, api, entrypoint, code, time.perf_counter() - started)
-
-
-class MonitoredPredictor:
-    """A :class:`~serving.servables.tensorflow.predict_impl.Predictor` recording ``request_count``
-    and ``request_latency``.
-
-    Same interface as the predictor it wraps; one per front end, which names itself with
-    ``entrypoint`` (``REST``/``GRPC``); ``api`` defaults to TF Serving's label for that front end
-    (:data:`API_LABELS`: ``predict`` for REST, ``Predict`` for gRPC).
-    """
-
-    def __init__(
-        self,
-        predictor: PredictService,
-        metrics: ServingMetrics,
-        *,
-        entrypoint: str,
-        api: str | None = None,
-    ) -> None:
-        self._predictor = predictor
-        self._metrics = metrics
-        self._entrypoint = entrypoint
-        self._api = api if api is not None else API_LABELS[entrypoint]["predict"]
-
-    async def predict(
-        self, request: PredictRequest, *, timeout_ms: int | None = None
-    ) -> PredictResponse:
-        """The wrapped ``predict``, recorded; raises what it raises."""
-        return await _recorded(
-            self._metrics,
-            request.model_spec.name,
-            self._api,
-            self._entrypoint,
-            self._predictor.predict(request, timeout_ms=timeout_ms),
-        )
-
-    async def decode_and_predict(
-        self,
-        spec: ModelSpec,
-        decode: Callable[[dict[str, str]], tuple[_C, Mapping[str, np.ndarray]]],
-        *,
-        timeout_ms: int | None = None,
-    ) -> tuple[_C, PredictResponse]:
-        """The wrapped ``decode_and_predict`` (REST predict), recorded; raises what it raises."""
-        return await _recorded(
-            self._metrics,
-            spec.name,
-            self._api,
-            self._entrypoint,
-            self._predictor.decode_and_predict(spec, decode, timeout_ms=timeout_ms),
-        )
-
-
-class MonitoredInference:
-    """An :class:`~serving.servables.tensorflow.classifier.InferenceRunner` recording its requests.
-
-    Same interface as the runner it wraps; one per front end (``entrypoint`` ``REST`` or
-    ``GRPC``). Classify and Regress record ``request_count`` and ``request_latency`` with TF
-    Serving's ``API`` label for that front end (:data:`API_LABELS`); MultiInference is passed
-    through unrecorded, as TF Serving's ``PredictionServiceImpl::MultiInference`` records no
-    request metric (its Session run records ``request_example_counts``: :class:`MonitoredSession`).
-    """
-
-    def __init__(
-        self, inference: InferenceService, metrics: ServingMetrics, *, entrypoint: str
-    ) -> None:
-        self._inference = inference
-        self._metrics = metrics
-        self._entrypoint = entrypoint
-        self._apis = API_LABELS[entrypoint]
-
-    async def classify(
-        self, request: ExampleRequest, *, timeout_ms: int | None = None
-    ) -> ClassificationResponse:
-        """The wrapped ``classify``, recorded; raises what it raises."""
-        return await _recorded(
-            self._metrics,
-            request.model_spec.name,
-            self._apis["classify"],
-            self._entrypoint,
-            self._inference.classify(request, timeout_ms=timeout_ms),
-        )
-
-    async def regress(
-        self, request: ExampleRequest, *, timeout_ms: int | None = None
-    ) -> RegressionResponse:
-        """The wrapped ``regress``, recorded; raises what it raises."""
-        return await _recorded(
-            self._metrics,
-            request.model_spec.name,
-            self._apis["regress"],
-            self._entrypoint,
-            self._inference.regress(request, timeout_ms=timeout_ms),
-        )
-
-    async def multi_inference(
-        self, request: MultiInferenceRequest, *, timeout_ms: int | None = None
-    ) -> MultiInferenceResponse:
-        """The wrapped ``multi_inference``, not recorded (see the class docstring)."""
-        return await self._inference.multi_inference(request, timeout_ms=timeout_ms)
-
-
-class MonitoredSession:
-    """A :class:`~serving.servables.tensorflow.serving_session.Session` recording what TF Serving
-    records per Session run.
-
-    Same interface as the Session it wraps; ``api`` is the core API whose calls it runs
-    (``Predict``, ``Classify``, ``Regress``, ``MultiInference``) and decides what a successful run
-    records (:meth:`ServingMetrics.record_session_run`): ``runtime_latency`` for the first three,
-    the number of examples for MultiInference. A failed run records nothing, as in TF Serving. The
-    time is the request's view of ``Session::Run``: with batching, queueing in the batch scheduler
-    included, as TF Serving measures it around ``BatchingSession::Run``.
-    """
-
-    def __init__(self, session: Session, metrics: ServingMetrics, *, api: str) -> None:
-        self._session = session
-        self._metrics = metrics
-        self._api = api
-
-    async def run_tensors(
-        self,
-        handle: ServableHandle,
-        feeds: Mapping[str, np.ndarray],
-        fetches: Sequence[str],
-        timeout_ms: int | None,
-    ) -> list[np.ndarray]:
-        """See :meth:`serving.servables.tensorflow.serving_session.Session.run_tensors`."""
-        started = time.perf_counter()
-        values = await self._session.run_tensors(handle, feeds, fetches, timeout_ms)
-        self._metrics.record_session_run(
-            handle.name, self._api, time.perf_counter() - started, fed_rows(feeds)
-        )
-        return values
-
-
-def fed_rows(feeds: Mapping[str, np.ndarray]) -> int:
-    """Rows of a run's first feed (the serialized Examples of an Example-based API); 0 without
-    feeds or for a scalar feed."""
-    for tensor in feeds.values():
-        return int(tensor.shape[0]) if tensor.ndim else 0
-    return 0
-
-
-def instrument_loader(loader: Callable[[str], _T], metrics: ServingMetrics) -> Callable[[str], _T]:
-    """Wrap a SavedModel loader (``path -> servable``) to record each attempt.
-
-    ``load_attempt_count{model_path, status}`` and ``load_latency{model_path}``, TensorFlow's
-    ``saved_model/loader.cc`` metrics, which its Python loader does not record.
-    """
-
-    def load(path: str) -> _T:
-        started = time.perf_counter()
-        try:
-            servable = loader(path)
-        except BaseException:
-            metrics.record_load(path, False, time.perf_counter() - started)
-            raise
-        metrics.record_load(path, True, time.perf_counter() - started)
-        return servable
-
-    return load

@@ -9,7 +9,7 @@ import pytest
 from google.protobuf import text_format
 
 from serving.config import model_server_config as config_module
-from serving.model_servers import flags
+from serving.model_servers import flags, server_config
 from serving.model_servers.flags import FlagError, ServerOptions, parse_flags
 from serving.sources.storage_path import file_system_storage_path_source as source
 from serving.util.errors import Code, ServingError
@@ -134,14 +134,14 @@ def test_load_config_prefers_the_file(tmp_path: Path) -> None:
     path = tmp_path / "models.config"
     path.write_text(CONFIG)
     options = ServerOptions(model_config_file=str(path), model_base_path="/ignored")
-    assert [m.name for m in config_module.load_config(options).model_config_list.config] == [
+    assert [m.name for m in server_config.load_config(options).model_config_list.config] == [
         "a",
         "b",
     ]
 
 
 def test_single_model_config_matches_tf_serving() -> None:
-    config = config_module.load_config(ServerOptions(model_name="m", model_base_path="/models/m"))
+    config = server_config.load_config(ServerOptions(model_name="m", model_base_path="/models/m"))
     expected = text_format.Parse(
         'model_config_list { config { name: "m" base_path: "/models/m"'
         ' model_platform: "tensorflow" } }',

@@ -15,19 +15,16 @@ import pytest
 from serving_testlib import REPO_ROOT
 
 from serving.apis import ModelSpec, PredictRequest, PredictResponse
+from serving.config.monitoring_config import PROMETHEUS_PATH, prometheus_path
 from serving.core.servable_handle import ServableHandle
-from serving.util.errors import Code, ServingError
-from serving.util.metrics import (
-    API_LABELS,
-    PROMETHEUS_PATH,
+from serving.servables.tensorflow.monitored import (
     MonitoredInference,
     MonitoredPredictor,
     MonitoredSession,
-    ServingMetrics,
-    exponential_buckets,
     instrument_loader,
-    prometheus_path,
 )
+from serving.util.errors import Code, ServingError
+from serving.util.metrics import API_LABELS, ServingMetrics, exponential_buckets
 
 
 def _samples(metrics: ServingMetrics) -> dict[str, str]:

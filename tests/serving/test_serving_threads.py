@@ -12,8 +12,7 @@ import pytest
 from serving_testlib import REPO_ROOT
 
 import cpu_quota
-from serving.batching import batching_session as batching
-from serving.model_servers import flags
+from serving.model_servers import flags, server_config
 from serving.model_servers.flags import ServerOptions, parse_flags
 
 
@@ -23,7 +22,7 @@ def test_unset_pools_take_the_schedulable_cpus(monkeypatch: pytest.MonkeyPatch) 
     assert flags.session_threads(ServerOptions()) == (3, 3)
     assert flags.session_threads(ServerOptions(tensorflow_intra_op_parallelism=1)) == (1, 3)
     assert flags.rest_api_num_threads(ServerOptions()) == 12  # TF Serving: 4 x CPUs
-    options = batching.batching_options(parse_flags(["--model_base_path=/m", "--enable_batching"]))
+    options = server_config.batching_options(parse_flags(["--model_base_path=/m", "--enable_batching"]))
     assert options is not None and options.num_batch_threads == 3  # port::MaxParallelism()
 
 

@@ -42,7 +42,7 @@ __all__ = ["InferenceRunner", "InferenceService"]
 class InferenceService(Protocol):
     """What the front ends call for Classify, Regress and MultiInference: an
     :class:`InferenceRunner` or a wrapper with its interface
-    (:class:`serving.util.metrics.MonitoredInference`)."""
+    (:class:`serving.servables.tensorflow.monitored.MonitoredInference`)."""
 
     async def classify(
         self, request: ExampleRequest, *, timeout_ms: int | None = None
@@ -71,7 +71,7 @@ class InferenceRunner:
     ``--enable_batching`` merges concurrent classify or regress calls too (TF Serving batches at
     its ``Session``, whatever the API). ``session_for(api)``, when given, is called once per API
     of :data:`INFERENCE_APIS` with its name and returns the Session that API runs through (the
-    server wraps ``session`` per API in :class:`serving.util.metrics.MonitoredSession`, which records
+    server wraps ``session`` per API in :class:`serving.servables.tensorflow.monitored.MonitoredSession`, which records
     what TF Serving records per API); without it every API uses ``session``.
     ``method_name_check`` is ``--enable_signature_method_name_check``.
     """

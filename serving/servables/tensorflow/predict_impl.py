@@ -37,7 +37,7 @@ _C = TypeVar("_C")
 
 class PredictService(Protocol):
     """What the front ends call for Predict: a :class:`Predictor` or a wrapper with its interface
-    (:class:`serving.util.metrics.MonitoredPredictor`)."""
+    (:class:`serving.servables.tensorflow.monitored.MonitoredPredictor`)."""
 
     async def predict(
         self, request: PredictRequest, *, timeout_ms: int | None = None

@@ -61,11 +61,12 @@ from tensorflow_serving.apis import prediction_log_pb2
 
 from serving.apis import ExampleRequest
 from serving.servables.tensorflow.classifier import prepare_classify
+from serving.servables.tensorflow.monitored import fed_rows
 from serving.servables.tensorflow.multi_inference import prepare_multi_inference
 from serving.servables.tensorflow.regressor import prepare_regress
 from serving.util import proto_codec
 from serving.util.errors import Code, ServingError, from_exception
-from serving.util.metrics import ServingMetrics, fed_rows
+from serving.util.metrics import ServingMetrics
 
 if TYPE_CHECKING:  # servable imports TensorFlow's Session machinery; only the type is needed
     from serving.servables.tensorflow.servable import PredictRun
