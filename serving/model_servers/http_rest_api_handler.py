@@ -1,4 +1,4 @@
-"""The HTTP/REST front end: TF Serving's REST API (``g3doc/api_rest.md``) as a Starlette app.
+"""The REST API handler: TF Serving's ``http_rest_api_handler.cc`` (``g3doc/api_rest.md``).
 
 Routes (``model_servers/http_rest_api_util.cc``; case-insensitive, names and labels URL-decoded)::
 
@@ -17,36 +17,34 @@ routes, so that routing corner cases behave the same: any other ``/v1/...`` path
 Serving's dispatcher (a bare 404); here they are ``404`` with the same ``Malformed request``
 message.
 
-Every error is ``{"error": "<message>"}`` with the HTTP status of
-:data:`serving.util.errors.HTTP_STATUS`, produced by one exception handler. Every response is
-``application/json``. ``:classify`` / ``:regress`` take tf.Examples as JSON
+Errors are raised as :class:`~serving.util.errors.ServingError`; :mod:`serving.model_servers.http_server`
+answers them in one place. Every response is ``application/json``. ``:classify`` / ``:regress`` take tf.Examples as JSON
 (:mod:`serving.util.json_example`, where the traps are listed -- notably the ``"results"`` key) and run
-on :class:`~serving.servables.tensorflow.classifier.InferenceRunner`; like TF Serving, the body is parsed before
+on
+:class:`~serving.servables.tensorflow.inference_runner.InferenceRunner`; like TF Serving, the body is parsed before
 the model is looked up, so a malformed body is a 400 even for an unknown model.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from urllib.parse import unquote
 
 import numpy as np
-import orjson
-from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from serving.apis import ExampleRequest, ModelSpec
 from serving.core.manager import ServableManager
+from serving.model_servers.get_model_status_impl import get_model_status, model_status_json
 from serving.servables.tensorflow import get_model_metadata_impl as metadata
 from serving.servables.tensorflow.inference_runner import InferenceService
 from serving.servables.tensorflow.predict_impl import PredictService
-from serving.util import json_example, json_tensor, metrics
-from serving.util.errors import Code, ServingError, from_exception
+from serving.util import json_example, json_tensor
+from serving.util.errors import Code, ServingError
 
-__all__ = ["create_app"]
+__all__ = ["CORS_HEADERS", "HttpRestApiHandler", "json_response"]
 
 # kHTTPRestApiHandlerPathRegex, kPredictionApiGegex, kModelStatusApiRegex (RE2 FullMatch).
 _REST_API_PATH = re.compile(r"/v1/.*", re.IGNORECASE | re.DOTALL)
@@ -60,69 +58,19 @@ _MODEL_STATUS_API = re.compile(
 )
 _INT64_MAX = 2**63 - 1
 _JSON = "application/json"
-_CORS_HEADERS: Mapping[str, str] = {
+CORS_HEADERS: Mapping[str, str] = {
     "Access-Control-Allow-Origin": "*",
     "Access-Control-Allow-Methods": "POST, GET",
     "Access-Control-Allow-Headers": "Content-Type",
 }
-_ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"]
 
 
-def create_app(
-    predictor: PredictService,
-    manager: ServableManager,
-    *,
-    inference: InferenceService,
-    timeout_ms: int | None = None,
-    enable_cors: bool = False,
-    prometheus: tuple[str, Callable[[], bytes]] | None = None,
-) -> Starlette:
-    """The REST API over ``predictor`` (predict), ``inference`` (classify, regress) and
-    ``manager`` (status, metadata).
-
-    ``timeout_ms`` bounds each ``Session.run`` (``--rest_api_timeout_in_ms``); ``enable_cors``
-    adds TF Serving's CORS headers to every response and answers ``OPTIONS`` pre-flights.
-    ``prometheus`` = ``(path, render)`` answers ``GET <path>`` with ``render()``, Prometheus text
-    (``--monitoring_config_file``; :mod:`serving.util.metrics`), as TF Serving's HTTP server does.
-    """
-    handler = _RestApiHandler(predictor, inference, manager, timeout_ms, enable_cors)
-    headers = dict(_CORS_HEADERS) if enable_cors else {}
-
-    async def on_serving_error(request: Request, exc: Exception) -> Response:
-        error = from_exception(exc)
-        return _json_response(_error_body(error.message), error.http_status, headers)
-
-    async def on_unexpected_error(request: Request, exc: Exception) -> Response:
-        # Starlette re-raises after this response is sent, so the server logs the traceback.
-        return _json_response(_error_body(f"Internal error: {exc}"), 500, headers)
-
-    routes = [Route("/{path:path}", handler.handle, methods=_ALL_METHODS)]
-    if prometheus is not None:
-        path, render = prometheus
-
-        async def metrics_page(request: Request) -> Response:
-            return Response(render(), media_type=metrics.CONTENT_TYPE, headers=dict(headers))
-
-        routes.insert(0, Route(path, metrics_page, methods=["GET"]))
-    return Starlette(
-        routes=routes,
-        exception_handlers={ServingError: on_serving_error, Exception: on_unexpected_error},
-    )
-
-
-def _json_response(body: bytes, status: int, headers: Mapping[str, str]) -> Response:
+def json_response(body: bytes, status: int, headers: Mapping[str, str]) -> Response:
+    """An ``application/json`` response with ``body`` (bytes), HTTP ``status`` and ``headers``."""
     return Response(body, status_code=status, media_type=_JSON, headers=dict(headers))
 
 
-def _error_body(message: str) -> bytes:
-    """``{"error": "<message>"}``; messages may carry undecodable request bytes."""
-    try:
-        return orjson.dumps({"error": message})
-    except orjson.JSONEncodeError:
-        return orjson.dumps({"error": message.encode("utf-8", "replace").decode("utf-8")})
-
-
-class _RestApiHandler:
+class HttpRestApiHandler:
     """``HttpRestApiHandler::ProcessRequest``: path -> core call -> JSON."""
 
     def __init__(
@@ -137,10 +85,11 @@ class _RestApiHandler:
         self._inference = inference
         self._manager = manager
         self._timeout_ms = timeout_ms if timeout_ms and timeout_ms > 0 else None
-        self._headers: Mapping[str, str] = dict(_CORS_HEADERS) if enable_cors else {}
+        self._headers: Mapping[str, str] = dict(CORS_HEADERS) if enable_cors else {}
         self._cors = enable_cors
 
     async def handle(self, request: Request) -> Response:
+        """Answer one request (any method, any path); raises :class:`ServingError` for errors."""
         method = request.method
         raw_path = request.scope.get("raw_path")
         # The undecoded path (ASGI raw_path has no query string; some clients add it anyway).
@@ -165,12 +114,12 @@ class _RestApiHandler:
             if match.group(4) == "metadata":
                 response = metadata.get_model_metadata(self._manager, spec)
                 return self._ok(metadata.model_metadata_json(response))
-            status = metadata.get_model_status(self._manager, spec)
-            return self._ok(metadata.model_status_json(status))
+            status = get_model_status(self._manager, spec)
+            return self._ok(model_status_json(status))
         raise ServingError(Code.INVALID_ARGUMENT, f"Malformed request: {method} {path}")
 
     def _ok(self, body: bytes) -> Response:
-        return _json_response(body, 200, self._headers)
+        return json_response(body, 200, self._headers)
 
     async def _predict(self, spec: ModelSpec, body: bytes) -> Response:
         """``ProcessPredictRequest``: parse, GetInfoMap, decode, predict, encode.

@@ -27,7 +27,8 @@ from tensorflow_serving.apis import (
 )
 
 from serving.model_servers import flags
-from serving.model_servers.prediction_service_impl import server_arguments, server_credentials, session_timeout_ms
+from serving.model_servers.grpc_server import server_arguments, server_credentials
+from serving.model_servers.prediction_service_impl import session_timeout_ms
 from serving.protos.tensorflow_serving.config.ssl_config_pb2 import SSLConfig
 from serving.util.errors import Code, ServingError
 from tests.support import REPO, Proc, free_port, wait_until

@@ -18,7 +18,7 @@ from starlette.types import ASGIApp
 from serving.apis import ModelSpec, PredictRequest
 from serving.config.model_server_config import ModelServerConfig
 from serving.core.manager import ServableManager
-from serving.model_servers.http_rest_api_handler import create_app
+from serving.model_servers.http_server import create_app
 from serving.servables.tensorflow.inference_runner import InferenceRunner
 from serving.servables.tensorflow.predict_impl import Predictor
 from serving.util.executor import BlockingExecutor
