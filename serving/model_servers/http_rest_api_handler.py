@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import NamedTuple
 from urllib.parse import unquote
 
 import numpy as np
@@ -99,16 +100,16 @@ class HttpRestApiHandler:
         if method == "OPTIONS" and self._cors:
             return Response(b"", status_code=200, headers=dict(self._headers))
         if method == "POST" and (match := _PREDICTION_API.fullmatch(path)):
-            spec = _model_spec(match.group(1), match.group(2), match.group(3))
+            model = _model_info(match.group(1), match.group(2), match.group(3))
             verb = match.group(4)
             if verb == "predict":
-                return await self._predict(spec, await request.body())
+                return await self._predict(model, await request.body())
             if verb == "classify":
-                return await self._classify(spec, await request.body())
+                return await self._classify(model, await request.body())
             if verb == "regress":
-                return await self._regress(spec, await request.body())
+                return await self._regress(model, await request.body())
         elif method == "GET" and (match := _MODEL_STATUS_API.fullmatch(path)):
-            spec = _model_spec(match.group(1) or "", match.group(2), match.group(3))
+            spec = _model_info(match.group(1) or "", match.group(2), match.group(3)).spec()
             if not spec.name:
                 raise ServingError(Code.INVALID_ARGUMENT, "Missing model name in request.")
             if match.group(4) == "metadata":
@@ -121,7 +122,7 @@ class HttpRestApiHandler:
     def _ok(self, body: bytes) -> Response:
         return json_response(body, 200, self._headers)
 
-    async def _predict(self, spec: ModelSpec, body: bytes) -> Response:
+    async def _predict(self, model: _ModelInfo, body: bytes) -> Response:
         """``ProcessPredictRequest``: parse, GetInfoMap, decode, predict, encode.
 
         The JSON is parsed before the servable is looked up (a malformed body is a 400 even for
@@ -129,7 +130,7 @@ class HttpRestApiHandler:
         """
         doc = json_tensor.parse_json(body)
         signature = json_tensor.signature_name(doc)
-        spec = ModelSpec(spec.name, spec.version, spec.version_label, signature)
+        spec = model.spec(signature)
 
         def decode(
             input_dtypes: dict[str, str],
@@ -141,30 +142,43 @@ class HttpRestApiHandler:
         )
         return self._ok(json_tensor.encode_predict_outputs(response.outputs, fmt))
 
-    async def _classify(self, spec: ModelSpec, body: bytes) -> Response:
+    async def _classify(self, model: _ModelInfo, body: bytes) -> Response:
         """``ProcessClassifyRequest``: JSON -> tf.Examples, classify, JSON."""
         response = await self._inference.classify(
-            _example_request(spec, body), timeout_ms=self._timeout_ms
+            _example_request(model, body), timeout_ms=self._timeout_ms
         )
         return self._ok(json_example.encode_classification_result(response.result))
 
-    async def _regress(self, spec: ModelSpec, body: bytes) -> Response:
+    async def _regress(self, model: _ModelInfo, body: bytes) -> Response:
         """``ProcessRegressRequest``: JSON -> tf.Examples, regress, JSON."""
         response = await self._inference.regress(
-            _example_request(spec, body), timeout_ms=self._timeout_ms
+            _example_request(model, body), timeout_ms=self._timeout_ms
         )
         return self._ok(json_example.encode_regression_result(response.values))
 
 
-def _example_request(spec: ModelSpec, body: bytes) -> ExampleRequest:
+def _example_request(model: _ModelInfo, body: bytes) -> ExampleRequest:
     """``FillClassificationRequestFromJson`` / ``FillRegressionRequestFromJson``."""
     signature, examples = json_example.decode_example_request(body)
-    model_spec = ModelSpec(spec.name, spec.version, spec.version_label, signature)
-    return ExampleRequest(model_spec, examples)
+    return ExampleRequest(model.spec(signature), examples)
 
 
-def _model_spec(name: str, version: str | None, label: str | None) -> ModelSpec:
-    """``ParseModelInfo`` + ``FillModelSpecWithNameVersionAndLabel``."""
+class _ModelInfo(NamedTuple):
+    """The model a path names (``ParseModelInfo``): all of the request's ``ModelSpec`` but the
+    signature, which only the body says. Parsed before the body, so a bad version in the path is
+    reported first, as in TF Serving; the spec is then built once, with the body's signature."""
+
+    name: str
+    version: int | None
+    label: str | None
+
+    def spec(self, signature_name: str = "") -> ModelSpec:
+        """``FillModelSpecWithNameVersionAndLabel`` plus the signature."""
+        return ModelSpec(self.name, self.version, self.label, signature_name)
+
+
+def _model_info(name: str, version: str | None, label: str | None) -> _ModelInfo:
+    """``ParseModelInfo``: the path's name and label URL-decoded, its version an int64."""
     parsed_version = None
     if version:
         parsed_version = int(version)
@@ -172,8 +186,6 @@ def _model_spec(name: str, version: str | None, label: str | None) -> ModelSpec:
             raise ServingError(
                 Code.INVALID_ARGUMENT, f"Failed to convert version: {version} to numeric."
             )
-    return ModelSpec(
-        name=unquote(name) if name else name,
-        version=parsed_version,
-        version_label=unquote(label) if label else None,
+    return _ModelInfo(
+        unquote(name) if name else name, parsed_version, unquote(label) if label else None
     )
