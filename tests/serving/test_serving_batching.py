@@ -20,7 +20,6 @@ from typing import TypeVar
 
 import numpy as np
 import pytest
-from serving_testlib import REPO_ROOT
 
 from serving.batching import batching_options
 from serving.batching.batching_options import BatchingOptions
@@ -31,6 +30,7 @@ from serving.model_servers.flags import parse_flags
 from serving.util.errors import Code, ServingError
 from serving.util.executor import BlockingExecutor
 from serving.util.metrics import ServingMetrics
+from tests.support import REPO
 
 _T = TypeVar("_T")
 FETCHES = ("y:0", "tag:0")
@@ -729,7 +729,7 @@ def test_a_bad_parameters_file_fails_start_up_in_one_line(tmp_path: Path) -> Non
             "--enable_batching",
             f"--batching_parameters_file={path}",
         ],
-        cwd=REPO_ROOT,
+        cwd=REPO,
         capture_output=True,
         text=True,
         timeout=60,

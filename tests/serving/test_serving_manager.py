@@ -179,7 +179,6 @@ def test_unload_waits_for_in_flight_requests(manager: ServableManager) -> None:
 
 def test_model_status_responses(manager: ServableManager) -> None:
     # Imports tensorflow_serving.apis' status proto, which loads TensorFlow.
-    from serving.model_servers.get_model_status_impl import get_model_status, model_status_json
 
     manager.load_aspired()
     body = model_status_json(get_model_status(manager, ModelSpec("m")))

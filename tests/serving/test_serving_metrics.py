@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from serving_testlib import REPO_ROOT
 
 from serving.apis import ModelSpec, PredictRequest, PredictResponse
 from serving.config.monitoring_config import PROMETHEUS_PATH, prometheus_path
@@ -25,6 +24,7 @@ from serving.servables.tensorflow.monitored import (
 )
 from serving.util.errors import Code, ServingError
 from serving.util.metrics import API_LABELS, ServingMetrics, exponential_buckets
+from tests.support import REPO
 
 
 def _samples(metrics: ServingMetrics) -> dict[str, str]:
@@ -374,7 +374,7 @@ def test_a_bad_monitoring_config_fails_start_up_in_one_line(tmp_path: Path) -> N
             "--model_base_path=/models/m",
             f"--monitoring_config_file={path}",
         ],
-        cwd=REPO_ROOT,
+        cwd=REPO,
         capture_output=True,
         text=True,
         timeout=60,

@@ -12,7 +12,6 @@ import httpx
 import numpy as np
 import pytest
 from google.protobuf import text_format
-from serving_testlib import models_config_text
 from starlette.types import ASGIApp
 
 from serving.apis import ModelSpec, PredictRequest
@@ -22,6 +21,7 @@ from serving.model_servers.http_server import create_app
 from serving.servables.tensorflow.inference_runner import InferenceRunner
 from serving.servables.tensorflow.predict_impl import Predictor
 from serving.util.executor import BlockingExecutor
+from tests.serving.serving_testlib import models_config_text
 
 
 class AppClient:

@@ -9,11 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from serving_testlib import REPO_ROOT
 
 import cpu_quota
 from serving.model_servers import flags, server_config
 from serving.model_servers.flags import ServerOptions, parse_flags
+from tests.support import REPO
 
 
 def test_unset_pools_take_the_schedulable_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -66,7 +66,7 @@ def test_the_affinity_mask_bounds_the_pools() -> None:
     )
     result = subprocess.run(
         ["taskset", "-c", "0", sys.executable, "-c", code],
-        cwd=REPO_ROOT,
+        cwd=REPO,
         capture_output=True,
         text=True,
         check=True,
@@ -84,7 +84,7 @@ def test_cpu_quota_is_stdlib_only() -> None:
     )
     result = subprocess.run(
         [sys.executable, "-c", code],
-        cwd=REPO_ROOT,
+        cwd=REPO,
         capture_output=True,
         text=True,
         check=True,

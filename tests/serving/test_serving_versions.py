@@ -35,6 +35,7 @@ from serving.model_servers.config_reloader import poll_filesystem_and_reload_con
 from serving.sources.storage_path import file_system_storage_path_source as source
 from serving.util.errors import Code, ServingError
 from serving.util.periodic_function import PeriodicFunction
+from tests.support import wait_until
 
 WAIT_S = 10.0
 
@@ -184,15 +185,6 @@ def test_update_model_version_label_map(
 # ---- the file-system source and the periodic poll --------------------------------------------
 
 
-def wait_until(predicate: Callable[[], bool], what: str, timeout_s: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-
-
 def model_config(root: Path, *names: str, extra: str = "") -> ModelServerConfig:
     entries = "".join(
         f'config {{ name: "{name}" base_path: "{root / name}" model_platform: "tensorflow" '
@@ -309,7 +301,7 @@ def test_source_polls_periodically(tmp_path: Path) -> None:
     fs_source.start(1)
     try:
         add_versions(tmp_path, "m", 2)
-        wait_until(lambda: emitted.last("m") == {2: str(tmp_path / "m" / "2")}, "version 2")
+        wait_until(lambda: emitted.last("m") == {2: str(tmp_path / "m" / "2")}, WAIT_S, "version 2")
     finally:
         fs_source.stop()
 
@@ -324,7 +316,7 @@ def test_periodic_function_keeps_going_after_an_error_and_stops_at_once() -> Non
 
     function = PeriodicFunction(flaky, 0.01, name="test-periodic")
     function.start()
-    wait_until(lambda: len(calls) >= 3, "three calls")
+    wait_until(lambda: len(calls) >= 3, WAIT_S, "three calls")
     function.stop()  # joins the thread: no call can follow
     assert not function._thread.is_alive()
 
@@ -387,6 +379,7 @@ def state_of(manager: ServableManager, name: str, version: int) -> ManagerState 
 def wait_state(manager: ServableManager, name: str, version: int, state: ManagerState) -> None:
     wait_until(
         lambda: state_of(manager, name, version) is state,
+        WAIT_S,
         f"{name} v{version} {state.name} (now {state_of(manager, name, version)})",
     )
 
@@ -514,7 +507,7 @@ def test_retries_stop_once_the_version_is_no_longer_aspired(
     manager = make_manager(max_num_load_retries=5, load_retry_interval_s=60.0)
     manager.aspire(config)
     manager.start()
-    wait_until(lambda: loader.attempts.get(str(tmp_path / "m" / "1")) == 1, "first attempt")
+    wait_until(lambda: loader.attempts.get(str(tmp_path / "m" / "1")) == 1, WAIT_S, "first attempt")
     shutil.rmtree(tmp_path / "m" / "1")
     manager.aspire(config)
     wait_state(manager, "m", 1, ManagerState.END)

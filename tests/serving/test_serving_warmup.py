@@ -25,7 +25,6 @@ import httpx
 import numpy as np
 import pytest
 import tensorflow as tf
-from serving_testlib import REPO_ROOT, free_port
 from tensorflow.core.protobuf.meta_graph_pb2 import SignatureDef
 from tensorflow_serving.apis import (
     classification_pb2,
@@ -36,13 +35,14 @@ from tensorflow_serving.apis import (
     prediction_log_pb2,
     regression_pb2,
 )
-from tf_serving_testdata import export_testdata
 
 from serving.servables.tensorflow import saved_model_warmup as warmup
 from serving.servables.tensorflow.saved_model_warmup import ModelWarmupOptions
 from serving.servables.tensorflow.servable import PredictRun
 from serving.util.errors import Code, ServingError
 from serving.util.metrics import ServingMetrics
+from tests.serving.tf_serving_testdata import export_testdata
+from tests.support import REPO, free_port
 
 READY_DEADLINE_S = 90.0
 
@@ -490,7 +490,7 @@ def test_warmup_runs_on_the_loaded_session(tmp_path: Path) -> None:
 def test_fraud_export_warms_up(caplog: pytest.LogCaptureFixture) -> None:
     from serving.servables.tensorflow.servable import Servable
 
-    export_dir = REPO_ROOT / "models" / "fraud" / "1"
+    export_dir = REPO / "models" / "fraud" / "1"
     with caplog.at_level(logging.INFO, logger="serving.servables.tensorflow.saved_model_warmup"):
         servable = warmup.load_with_warmup(Servable.load, str(export_dir))
     servable.close()
@@ -526,7 +526,7 @@ def server(
         for name, path in [
             ("counter", warmup_models / "counter"),
             ("corrupt", warmup_models / "corrupt"),
-            ("fraud", REPO_ROOT / "models" / "fraud"),
+            ("fraud", REPO / "models" / "fraud"),
             ("half_plus_two", warmup_models / "half_plus_two"),
             ("bad_classify", warmup_models / "bad_classify"),
         ]
@@ -552,7 +552,7 @@ def server(
                 "--tensorflow_intra_op_parallelism=1",
                 "--tensorflow_inter_op_parallelism=1",
             ],
-            cwd=REPO_ROOT,
+            cwd=REPO,
             stdout=sink,
             stderr=subprocess.STDOUT,
             env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
@@ -613,7 +613,7 @@ def test_server_bad_warmup_file_fails_only_that_model(server: tuple[httpx.Client
             },
         }
     ]
-    fraud_warmup = warmup.warmup_file_path(str(REPO_ROOT / "models" / "fraud" / "1"))
+    fraud_warmup = warmup.warmup_file_path(str(REPO / "models" / "fraud" / "1"))
     assert (
         f"Finished reading warmup data for model at {fraud_warmup}. Number of warmup records "
         "read: 3." in log.read_text()
