@@ -78,7 +78,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from serving.batching import batching_util as batch_merge
+from serving.batching import batching_util
 from serving.batching.batching_options import BatchingOptions
 from serving.core.servable_handle import ServableHandle
 from serving.servables.tensorflow.serving_session import TensorRunner
@@ -223,10 +223,10 @@ class BatchingSession:
         Afterwards: ``RESOURCE_EXHAUSTED`` if ``timeout_ms`` ran out in the queue, or what this
         request's own ``Session.run`` raises (for a split request, its first failing part's).
         """
-        size = batch_merge.task_size(feeds)
+        size = batching_util.task_size(feeds)
         pad = self._options.pad_variable_length_inputs
         if pad:
-            batch_merge.check_paddable(feeds)
+            batching_util.check_paddable(feeds)
         if size > self._options.max_batch_size:
             raise ServingError(
                 Code.INVALID_ARGUMENT,
@@ -299,7 +299,7 @@ class BatchingSession:
             parts = [task]
         else:
             assert self._loop is not None
-            sizes = batch_merge.split_task_sizes(task.size, free, limit)
+            sizes = batching_util.split_task_sizes(task.size, free, limit)
             parts = [
                 _Task(
                     feeds,
@@ -310,7 +310,7 @@ class BatchingSession:
                     input_size=task.input_size if index == 0 else None,
                 )
                 for index, (feeds, part_size) in enumerate(
-                    zip(batch_merge.split_inputs(task.feeds, sizes), sizes, strict=True)
+                    zip(batching_util.split_inputs(task.feeds, sizes), sizes, strict=True)
                 )
             ]
         for part in parts:
@@ -432,7 +432,7 @@ class BatchingSession:
         """Merge, run once, split. Per task: its outputs, or the error its own run gives."""
         results: list[Result | None] = [None] * len(tasks)
         if self._options.pad_variable_length_inputs:
-            for index, error in batch_merge.unpaddable_tasks([t.feeds for t in tasks]).items():
+            for index, error in batching_util.unpaddable_tasks([t.feeds for t in tasks]).items():
                 results[index] = error
         members = [index for index, result in enumerate(results) if result is None]
         outputs = self._run_merged(queue, [tasks[index] for index in members])
@@ -445,10 +445,10 @@ class BatchingSession:
             return []
         sizes = [task.size for task in tasks]
         total = sum(sizes)
-        padded = batch_merge.padded_batch_size(self._options.allowed_batch_sizes, total)
+        padded = batching_util.padded_batch_size(self._options.allowed_batch_sizes, total)
         servable: TensorRunner = queue.handle.servable
         try:
-            merged = batch_merge.merge_inputs(
+            merged = batching_util.merge_inputs(
                 [task.feeds for task in tasks],
                 padded,
                 pad_variable_length_inputs=self._options.pad_variable_length_inputs,
@@ -462,7 +462,7 @@ class BatchingSession:
                 return [result for task in tasks for result in self._run_merged(queue, [task])]
             return [exc] * len(tasks)
         try:
-            return list(batch_merge.split_outputs(values, sizes, padded))
+            return list(batching_util.split_outputs(values, sizes, padded))
         except ServingError as exc:
             return [exc] * len(tasks)
 
@@ -480,7 +480,7 @@ async def _joined(parts: Sequence[_Task]) -> list[np.ndarray]:
         if isinstance(result, BaseException):
             raise result
         outputs.append(result)
-    return batch_merge.concat_outputs(outputs)
+    return batching_util.concat_outputs(outputs)
 
 
 def _timeout_ms(tasks: Sequence[_Task]) -> int | None:

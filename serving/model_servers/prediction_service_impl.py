@@ -70,7 +70,8 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
     async def Predict(  # noqa: N802 - the generated servicer's method names
         self, request: predict_pb2.PredictRequest, context: grpc.aio.ServicerContext
     ) -> predict_pb2.PredictResponse:
-        """``Predict``: tensors in, tensors out (see :meth:`Predictor.predict`)."""
+        """``Predict``: tensors in, tensors out (see :meth:`Predictor.predict
+        <serving.servables.tensorflow.predict_impl.Predictor.predict>`)."""
         core_request = proto_codec.predict_request_from_proto(request)
         response = await self._predictor.predict(
             core_request, timeout_ms=session_timeout_ms(context)

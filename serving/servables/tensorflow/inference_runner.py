@@ -98,7 +98,7 @@ class InferenceRunner:
     ) -> ClassificationResponse:
         """``TensorflowClassificationServiceImpl::Classify``: look the servable up, then
         :func:`prepare_classify`, one Session run, post-processing. Raises
-        :class:`ServingError` (the lookup errors of :meth:`ServableManager.acquire`, then those of
+        :class:`~serving.util.errors.ServingError` (the lookup errors of :meth:`ServableManager.acquire`, then those of
         :func:`prepare_classify`, the run's, the post-processing checks').
 
         ``timeout_ms`` bounds the ``Session`` run (``RunOptions.timeout_in_ms``; ``None``: none).
@@ -126,7 +126,7 @@ class InferenceRunner:
     ) -> MultiInferenceResponse:
         """``RunMultiInference``: the first task's spec picks the servable, then
         :func:`prepare_multi_inference` checks every task, one run fetches the union of their
-        outputs, and each task is post-processed. Raises :class:`ServingError`.
+        outputs, and each task is post-processed. Raises :class:`~serving.util.errors.ServingError`.
         """
         first = request.tasks[0].model_spec if request.tasks else ModelSpec("")
         with self._manager.acquire(first) as handle:

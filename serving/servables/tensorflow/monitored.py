@@ -129,7 +129,7 @@ class MonitoredPredictor:
 
 
 class MonitoredInference:
-    """An :class:`~serving.servables.tensorflow.classifier.InferenceRunner` recording its requests.
+    """An :class:`~serving.servables.tensorflow.inference_runner.InferenceRunner` recording its requests.
 
     Same interface as the runner it wraps; one per front end (``entrypoint`` ``REST`` or
     ``GRPC``). Classify and Regress record ``request_count`` and ``request_latency`` with TF

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from serving.batching import batching_util as batch_merge
+from serving.batching import batching_util
 from serving.util.errors import Code, ServingError
 
 
@@ -22,8 +22,8 @@ def _error(call: object, *args: object, **kwargs: object) -> ServingError:
 
 def test_task_size_is_the_shared_zeroth_dimension() -> None:
     feeds = {"a": np.zeros((3, 2), np.float32), "b": np.zeros(3, np.int64)}
-    assert batch_merge.task_size(feeds) == 3
-    assert batch_merge.task_size({"a": np.zeros((0, 4))}) == 0
+    assert batching_util.task_size(feeds) == 3
+    assert batching_util.task_size({"a": np.zeros((0, 4))}) == 0
 
 
 @pytest.mark.parametrize(
@@ -41,7 +41,7 @@ def test_task_size_is_the_shared_zeroth_dimension() -> None:
     ],
 )
 def test_task_size_errors_are_tf_servings(feeds: dict[str, np.ndarray], message: str) -> None:
-    error = _error(batch_merge.task_size, feeds)
+    error = _error(batching_util.task_size, feeds)
     assert (error.code, error.message) == (Code.INVALID_ARGUMENT, message)
 
 
@@ -61,7 +61,7 @@ def test_task_size_errors_are_tf_servings(feeds: dict[str, np.ndarray], message:
     ],
 )
 def test_padded_batch_size(allowed: tuple[int, ...], size: int, expected: int) -> None:
-    assert batch_merge.padded_batch_size(allowed, size) == expected
+    assert batching_util.padded_batch_size(allowed, size) == expected
 
 
 # ---- merge_inputs (MergeInputTensors) -----------------------------------------------------------
@@ -72,7 +72,7 @@ def test_merge_concatenates_tasks_in_order() -> None:
         {"x": np.array([[1, 2]], np.float32), "k": np.array([b"a"], object)},
         {"x": np.array([[3, 4], [5, 6]], np.float32), "k": np.array([b"b", b"c"], object)},
     ]
-    merged = batch_merge.merge_inputs(tasks, 3)
+    merged = batching_util.merge_inputs(tasks, 3)
     np.testing.assert_array_equal(merged["x"], [[1, 2], [3, 4], [5, 6]])
     assert merged["x"].dtype == np.float32
     assert merged["k"].tolist() == [b"a", b"b", b"c"]
@@ -80,19 +80,19 @@ def test_merge_concatenates_tasks_in_order() -> None:
 
 def test_merge_of_one_task_is_zero_copy() -> None:
     x = np.arange(4, dtype=np.float32).reshape(2, 2)
-    assert batch_merge.merge_inputs([{"x": x}], 2)["x"] is x
+    assert batching_util.merge_inputs([{"x": x}], 2)["x"] is x
 
 
 def test_merge_pads_with_copies_of_the_last_tasks_first_row() -> None:
     """``allowed_batch_sizes`` padding: TF Serving repeats ``tensor_vec.back().Slice(0, 1)``."""
     tasks = [{"x": np.array([[1, 1]], np.int32)}, {"x": np.array([[7, 8], [9, 9]], np.int32)}]
-    merged = batch_merge.merge_inputs(tasks, 6)
+    merged = batching_util.merge_inputs(tasks, 6)
     np.testing.assert_array_equal(merged["x"], [[1, 1], [7, 8], [9, 9], [7, 8], [7, 8], [7, 8]])
 
 
 def test_merge_pads_from_an_earlier_task_when_the_last_is_empty() -> None:
     tasks = [{"x": np.array([5.0])}, {"x": np.zeros(0)}]
-    np.testing.assert_array_equal(batch_merge.merge_inputs(tasks, 3)["x"], [5.0, 5.0, 5.0])
+    np.testing.assert_array_equal(batching_util.merge_inputs(tasks, 3)["x"], [5.0, 5.0, 5.0])
 
 
 def test_merge_pads_variable_length_inputs_with_the_tasks_first_element() -> None:
@@ -102,7 +102,7 @@ def test_merge_pads_variable_length_inputs_with_the_tasks_first_element() -> Non
         {"ids": np.array([[7, 8, 9, 1]], np.int64)},
         {"ids": np.array([[2, 3, 6], [0, 0, 0]], np.int64)},
     ]
-    merged = batch_merge.merge_inputs(tasks, 4, pad_variable_length_inputs=True)
+    merged = batching_util.merge_inputs(tasks, 4, pad_variable_length_inputs=True)
     np.testing.assert_array_equal(
         merged["ids"], [[4, 5, 4, 4], [7, 8, 9, 1], [2, 3, 6, 2], [0, 0, 0, 2]]
     )
@@ -110,12 +110,12 @@ def test_merge_pads_variable_length_inputs_with_the_tasks_first_element() -> Non
 
 def test_merge_pads_strings_too() -> None:
     tasks = [{"s": np.array([[b"a"]], object)}, {"s": np.array([[b"b", b"c"]], object)}]
-    merged = batch_merge.merge_inputs(tasks, 2, pad_variable_length_inputs=True)
+    merged = batching_util.merge_inputs(tasks, 2, pad_variable_length_inputs=True)
     assert merged["s"].tolist() == [[b"a", b"a"], [b"b", b"c"]]
 
 
 def test_merge_of_nothing_is_an_internal_error() -> None:
-    assert _error(batch_merge.merge_inputs, [], 0).code is Code.INTERNAL
+    assert _error(batching_util.merge_inputs, [], 0).code is Code.INTERNAL
 
 
 # ---- padding checks (AddPadding) ----------------------------------------------------------------
@@ -123,23 +123,23 @@ def test_merge_of_nothing_is_an_internal_error() -> None:
 
 def test_pad_to_dim_sizes_keeps_dimension_zero_and_returns_unchanged_tensors() -> None:
     x = np.ones((2, 3), np.float32)
-    assert batch_merge.pad_to_dim_sizes(x, (9, 3)) is x
-    assert batch_merge.pad_to_dim_sizes(x, (9, 5)).shape == (2, 5)
+    assert batching_util.pad_to_dim_sizes(x, (9, 3)) is x
+    assert batching_util.pad_to_dim_sizes(x, (9, 5)).shape == (2, 5)
 
 
 @pytest.mark.parametrize("rank", [0, 7])
 def test_only_ranks_one_to_six_can_be_padded(rank: int) -> None:
     feeds = {"x": np.zeros((1,) * rank)}
-    error = _error(batch_merge.check_paddable, feeds)
+    error = _error(batching_util.check_paddable, feeds)
     assert (error.code, error.message) == (
         Code.INVALID_ARGUMENT,
         "Only tensors with rank from 1 to 6 can be padded.",
     )
-    batch_merge.check_paddable({"x": np.zeros((1,) * 6)})
+    batching_util.check_paddable({"x": np.zeros((1,) * 6)})
 
 
 def test_an_empty_tensor_cannot_be_padded() -> None:
-    error = _error(batch_merge.pad_to_dim_sizes, np.zeros((0, 2)), (3, 4))
+    error = _error(batching_util.pad_to_dim_sizes, np.zeros((0, 2)), (3, 4))
     assert error.message == "Got empty tensor in batch of non-empty tensors."
 
 
@@ -150,7 +150,7 @@ def test_unpaddable_tasks_are_refused_alone() -> None:
         {"x": np.zeros((0, 4))},  # empty but already as wide: fine
         {"x": np.ones((2, 3))},
     ]
-    refused = batch_merge.unpaddable_tasks(tasks)
+    refused = batching_util.unpaddable_tasks(tasks)
     assert list(refused) == [1]
     assert refused[1].code is Code.INVALID_ARGUMENT
 
@@ -158,8 +158,8 @@ def test_unpaddable_tasks_are_refused_alone() -> None:
 def test_an_empty_tensor_already_as_wide_as_the_batch_is_not_refused() -> None:
     # The widest input is empty: the others are padded up to it, and it needs no padding itself.
     tasks = [{"x": np.ones((1, 3))}, {"x": np.zeros((0, 9))}, {"x": np.zeros((0, 3))}]
-    assert list(batch_merge.unpaddable_tasks(tasks)) == [2]
-    merged = batch_merge.merge_inputs(tasks[:2], 1, pad_variable_length_inputs=True)
+    assert list(batching_util.unpaddable_tasks(tasks)) == [2]
+    merged = batching_util.merge_inputs(tasks[:2], 1, pad_variable_length_inputs=True)
     np.testing.assert_array_equal(merged["x"], [[1.0] * 9])
 
 
@@ -169,7 +169,7 @@ def test_an_empty_tensor_already_as_wide_as_the_batch_is_not_refused() -> None:
 def test_split_gives_each_task_its_rows_as_views() -> None:
     scores = np.arange(12, dtype=np.float32).reshape(6, 2)
     labels = np.array([b"a", b"b", b"c", b"d", b"e", b"f"], object)
-    parts = batch_merge.split_outputs([scores, labels], [1, 3, 0], 6)  # 2 rows of padding
+    parts = batching_util.split_outputs([scores, labels], [1, 3, 0], 6)  # 2 rows of padding
     assert [len(part[0]) for part in parts] == [1, 3, 0]
     np.testing.assert_array_equal(parts[1][0], scores[1:4])
     assert parts[1][1].tolist() == [b"b", b"c", b"d"]
@@ -177,12 +177,12 @@ def test_split_gives_each_task_its_rows_as_views() -> None:
 
 
 def test_split_refuses_unbatched_outputs() -> None:
-    error = _error(batch_merge.split_outputs, [np.float32(1.0) * np.ones(())], [1], 1)
+    error = _error(batching_util.split_outputs, [np.float32(1.0) * np.ones(())], [1], 1)
     assert (error.code, error.message) == (
         Code.FAILED_PRECONDITION,
         "Batched output tensor has 0 dimensions",
     )
-    error = _error(batch_merge.split_outputs, [np.zeros(5)], [2, 2], 4)
+    error = _error(batching_util.split_outputs, [np.zeros(5)], [2, 2], 4)
     assert error.code is Code.FAILED_PRECONDITION
     assert error.message.startswith("Batched output tensor's 0th dimension does not equal")
 
@@ -202,7 +202,7 @@ def test_split_refuses_unbatched_outputs() -> None:
     ],
 )
 def test_split_task_sizes(size: int, free: int, limit: int, expected: list[int]) -> None:
-    assert batch_merge.split_task_sizes(size, free, limit) == expected
+    assert batching_util.split_task_sizes(size, free, limit) == expected
 
 
 @settings(max_examples=200, deadline=None)
@@ -211,30 +211,30 @@ def test_split_task_sizes_cover_the_task_in_batches_no_larger_than_the_limit(
     size: int, limit: int, data: st.DataObject
 ) -> None:
     free = data.draw(st.integers(0, limit))
-    sizes = batch_merge.split_task_sizes(size, free, limit)
+    sizes = batching_util.split_task_sizes(size, free, limit)
     assert sum(sizes) == size and all(0 < part <= limit for part in sizes)
     assert sizes[0] == min(size, free or limit)
     assert all(part == limit for part in sizes[1:-1])
 
 
 def test_split_task_sizes_refuses_what_cannot_be_split() -> None:
-    assert _error(batch_merge.split_task_sizes, 4, 0, 0).code is Code.INTERNAL
+    assert _error(batching_util.split_task_sizes, 4, 0, 0).code is Code.INTERNAL
 
 
 def test_split_inputs_then_concat_outputs_is_the_identity() -> None:
     task = {"x": np.arange(20, dtype=np.float32).reshape(10, 2), "t": np.arange(10).astype(object)}
-    parts = batch_merge.split_inputs(task, [3, 4, 3])
+    parts = batching_util.split_inputs(task, [3, 4, 3])
     assert [len(part["x"]) for part in parts] == [3, 4, 3]
     assert all(np.shares_memory(part["x"], task["x"]) for part in parts)  # views, no copies
-    joined = batch_merge.concat_outputs([[part["x"], part["t"]] for part in parts])
+    joined = batching_util.concat_outputs([[part["x"], part["t"]] for part in parts])
     np.testing.assert_array_equal(joined[0], task["x"])
     assert joined[1].tolist() == task["t"].tolist()
     single = [np.ones((2, 2))]
-    assert batch_merge.concat_outputs([single])[0] is single[0]
+    assert batching_util.concat_outputs([single])[0] is single[0]
 
 
 def test_concat_outputs_refuses_parts_that_differ_beyond_dimension_0() -> None:
-    error = _error(batch_merge.concat_outputs, [[np.zeros((2, 3))], [np.zeros((1, 4))]])
+    error = _error(batching_util.concat_outputs, [[np.zeros((2, 3))], [np.zeros((1, 4))]])
     assert error.code is Code.INVALID_ARGUMENT
     assert error.message.startswith("Cannot concatenate the outputs of a split task: output 0")
 
@@ -267,12 +267,12 @@ def test_merge_then_split_gives_every_task_exactly_its_rows(
 ) -> None:
     """An identity model's outputs, split, are each task's own inputs -- with any padding."""
     tasks, allowed = case
-    sizes = [batch_merge.task_size(task) for task in tasks]
-    padded = batch_merge.padded_batch_size(allowed, sum(sizes))
-    merged = batch_merge.merge_inputs(tasks, padded)
+    sizes = [batching_util.task_size(task) for task in tasks]
+    padded = batching_util.padded_batch_size(allowed, sum(sizes))
+    merged = batching_util.merge_inputs(tasks, padded)
     assert merged["x"].shape[0] == padded if sum(sizes) else merged["x"].shape[0] == 0
     for task, (x, tag) in zip(
-        tasks, batch_merge.split_outputs([merged["x"], merged["tag"]], sizes, padded), strict=True
+        tasks, batching_util.split_outputs([merged["x"], merged["tag"]], sizes, padded), strict=True
     ):
         np.testing.assert_array_equal(x, task["x"])
         assert tag.tolist() == task["tag"].tolist()
