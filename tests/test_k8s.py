@@ -140,7 +140,8 @@ def test_api_probes_are_routes_of_the_app(objects: list[dict[str, Any]]) -> None
 
 
 def test_serving_probes_ask_model_status_of_the_configured_models(objects: list[dict[str, Any]]) -> None:
-    from serving.rest import _MODEL_STATUS_API  # TF Serving's own model status path pattern
+    # TF Serving's own model status path pattern.
+    from serving.model_servers.http_rest_api_handler import _MODEL_STATUS_API
 
     (serving,) = [c for name, c in containers(objects) if name == "serving"]
     configured = re.findall(r'name:\s*"([^"]+)"', (K8S / "models.config").read_text())
