@@ -60,15 +60,8 @@ logger = logging.getLogger("api.errors")
 RETRY_AFTER_S = 1
 
 class PayloadTooLarge(Exception):
-    """A request's payload (an uploaded file) is over its route's limit (HTTP 413).
-
-    Attributes:
-        message: what was too large, safe to show to callers.
-    """
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
+    """A request's payload (an uploaded file) is over its route's limit (HTTP 413); the
+    exception's text says what, and is shown to the caller."""
 
 
 # Exception class -> (HTTP status, code, send Retry-After). Most specific first.
