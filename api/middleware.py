@@ -151,10 +151,13 @@ class RequestMiddleware:
         status = 500
         response_started = False
         cut: tuple[int, str, str] | None = None  # (status, code, detail) replacing the app's answer
+        ours = False  # the middleware is answering a cut-off body: its messages go out
         serving_error: str | None = None
 
         async def send_out(message: Message) -> None:
             nonlocal status, response_started
+            if cut is not None and not ours:
+                return  # the app's answer to a cut-off body is replaced by ours
             if message["type"] == "http.response.start":
                 status = message["status"]
                 response_started = True
@@ -167,10 +170,6 @@ class RequestMiddleware:
                 timing = server_timing(ctx.stages, time.monotonic() - started)
                 headers.append((b"server-timing", timing.encode("ascii")))
             await send(message)
-
-        async def app_send(message: Message) -> None:
-            if cut is None:  # the app's answer to a cut-off body is replaced by ours
-                await send_out(message)
 
         try:
             path = scope["path"]
@@ -216,7 +215,7 @@ class RequestMiddleware:
             if counted:
                 self.in_flight += 1
             try:
-                await self.app(scope, app_receive, app_send)
+                await self.app(scope, app_receive, send_out)
             except Exception as exc:
                 if cut is not None:
                     pass  # the app failed on the body it was refused; answered below
@@ -230,6 +229,7 @@ class RequestMiddleware:
                 if counted:
                     self.in_flight -= 1
             if cut is not None and not response_started:
+                ours = True
                 await error_response(*cut)(scope, receive, send_out)
         finally:
             total = time.monotonic() - started
