@@ -1,5 +1,15 @@
 """gunicorn settings for the API tier (`gunicorn -c gunicorn.conf.py 'api.app:create_app()'`).
 
+Connections: each worker is `api.http_server.worker.ApiUvicornWorker`, uvicorn's worker
+running `api.http_server.ApiHttpProtocol`, which enforces gunicorn's `limit_request_line`
+(414), `limit_request_fields` and `limit_request_field_size` (431), `worker_connections`
+(open connections per worker; the connection idle longest makes room) and `keepalive`
+(seconds a connection may stay open without a request, before its first one too), plus
+`API_MAX_HEADER_BYTES` (whole request head, default 32768; 431) and `API_HEADER_TIMEOUT_S`
+(seconds from a request's first byte to the end of its head, default 10; 408). The
+open-files soft limit is raised to the hard limit here, in the master, before the
+listening socket is opened; the workers inherit it.
+
 Workers: `WEB_CONCURRENCY`, else one per CPU of the container's quota (cgroup v2
 `cpu.max` / v1 CFS quota, see `api.cpu_budget`), not the host's cores. Each worker is
 one uvicorn event loop (`uvicorn_worker.UvicornWorker`); the model is not in these
@@ -23,14 +33,18 @@ import tempfile
 from pathlib import Path
 
 from api.cpu_budget import THREAD_ENV_VARS, available_cpus, threads_per_worker, web_concurrency
+from api.http_server.limits import raise_open_files_limit
 
+# A container's default soft limit (often 1024) would otherwise cap the connections a
+# worker can accept; each worker's `worker_connections` is held below it.
+raise_open_files_limit()
 _cpus = available_cpus()
 workers = web_concurrency(os.environ, _cpus)
 for _var in THREAD_ENV_VARS:
     os.environ.setdefault(_var, str(threads_per_worker(_cpus, workers)))
 
 bind = os.environ.get("API_BIND", "0.0.0.0:8000")
-worker_class = "uvicorn_worker.UvicornWorker"
+worker_class = "api.http_server.worker.ApiUvicornWorker"
 # The app factory does nothing at import and creates its clients, threads and files in
 # the lifespan, inside each worker, so preloading is safe and shares the imported code
 # pages between workers (copy-on-write after fork).
@@ -40,6 +54,8 @@ preload_app = True
 graceful_timeout = int(os.environ.get("API_GRACEFUL_TIMEOUT_S", "20"))
 timeout = 30
 keepalive = 5
+# Per worker: at this many open connections, one more closes the connection idle longest.
+worker_connections = int(os.environ.get("API_WORKER_CONNECTIONS", "1000"))
 # The app writes its own JSON access log (api.access, ACCESS_LOG=false turns it off);
 # gunicorn's would be a second, unstructured line per request.
 accesslog = None

@@ -14,6 +14,7 @@ and stage timings, in-flight requests and serving errors by the middleware
 | `api_event_loop_lag_seconds` | histogram | | late wake-ups of the loop monitor |
 | `api_event_loop_blocks_total` | counter | route | callbacks that blocked the loop too long |
 | `api_score_events_total` | counter | outcome | written, dropped_queue_full, dropped_sink_error |
+| `api_connections_closed_total` | counter | reason | connections the server closed or refused (`ConnectionMetrics`) |
 
 `route` is the route's path template (`/v1/fraud/score`), never the raw path, so the
 label's cardinality is bounded; requests that match no route are `<unmatched>`.
@@ -153,3 +154,33 @@ class ApiMetrics:
         merged = CollectorRegistry()
         multiprocess.MultiProcessCollector(merged, path=path)  # type: ignore[no-untyped-call]
         return generate_latest(merged), CONTENT_TYPE_LATEST
+
+
+class ConnectionMetrics:
+    """Metrics of the HTTP server layer (`api.http_server`), below the app.
+
+    Recorded by each worker's connection registry, in its own registry: under gunicorn
+    (multiprocess mode) they are merged into `/metrics` with the app's; a single uvicorn
+    process does not export them.
+
+    Reasons: `header_too_large` (431), `request_line_too_long` (414), `header_timeout`
+    (408), `evicted` (idle, closed to make room at `worker_connections`),
+    `refused_at_limit` (at `worker_connections` with none idle).
+    """
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.connections_closed = Counter(
+            "api_connections_closed",
+            "Client connections the server closed or refused, by reason.",
+            ("reason",),
+            registry=self.registry,
+        )
+
+    def closed(self, reason: str) -> None:
+        """Count one connection closed for `reason`."""
+        self.connections_closed.labels(reason).inc()
+
+    def value(self, reason: str) -> float:
+        """How many were closed for `reason` in this process (for tests and logs)."""
+        return self.registry.get_sample_value("api_connections_closed_total", {"reason": reason}) or 0.0

@@ -200,7 +200,7 @@ def test_gunicorn_config_derives_workers_and_threads_from_the_cpu_budget(tmp_pat
     cfg = json.loads(first)
     cpus = available_cpus()
     assert cfg["workers"] == cpus
-    assert cfg["worker_class"] == "uvicorn_worker.UvicornWorker"
+    assert cfg["worker_class"] == "api.http_server.worker.ApiUvicornWorker"
     assert cfg["preload_app"] is True
     assert cfg["OMP_NUM_THREADS"] == cfg["MKL_NUM_THREADS"] == cfg["OPENBLAS_NUM_THREADS"] == "1"
     assert "api-prometheus-" in cfg["PROMETHEUS_MULTIPROC_DIR"]

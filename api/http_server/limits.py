@@ -1,0 +1,128 @@
+"""What one API worker allows a client connection, and the process's file-descriptor limit.
+
+Stdlib only: `gunicorn.conf.py` calls `raise_open_files_limit` in the master before anything
+else, and the worker builds `ConnectionLimits` from gunicorn's settings after fork.
+"""
+
+from __future__ import annotations
+
+import logging
+import resource
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Final
+
+logger = logging.getLogger("api.http_server")
+
+HEADER_TIMEOUT_ENV: Final = "API_HEADER_TIMEOUT_S"
+MAX_HEADER_BYTES_ENV: Final = "API_MAX_HEADER_BYTES"
+
+# Descriptors a worker needs besides client connections: its pools to the serving replicas
+# (SERVING_MAX_CONNECTIONS each, 64 by default), the events file, prometheus-client's
+# multiprocess files, the event loop's own, logging. The connection cap is held this far
+# below the open-files limit, so accept() never fails with EMFILE (asyncio and uvloop then
+# stop accepting for a while and every new client waits, unanswered).
+FD_RESERVE: Final = 256
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionLimits:
+    """Limits on each client connection of one worker (`api.http_server.ApiHttpProtocol`).
+
+    Attributes:
+        max_request_line: bytes of the request target (URL) at most; more is 414.
+            gunicorn's `limit_request_line` (default 4094).
+        max_header_fields: header fields per request at most; more is 431.
+            gunicorn's `limit_request_fields` (default 100).
+        max_header_field_size: bytes of one field (name and value) at most; more is 431.
+            gunicorn's `limit_request_field_size` (default 8190).
+        max_header_bytes: bytes of the whole request head (request line and every field)
+            at most; more is 431. `API_MAX_HEADER_BYTES` (default 32768, nginx's 4 x 8k).
+            It also bounds what a connection can make the worker hold and parse: httptools
+            joins a header that arrives over several reads by copying it whole each time
+            (measured: 16 / 32 / 64 MB heads took 0.2 / 0.8 / 3.1 s of one core).
+        header_timeout_s: seconds from a request's first byte until its head is complete;
+            later is 408 and the connection closes (slow clients, slowloris).
+            `API_HEADER_TIMEOUT_S` (default 10).
+        max_connections: open client connections per worker at most. When one more arrives,
+            the connection idle longest (no request in progress) is closed to make room;
+            with none idle the new one is closed. gunicorn's `worker_connections` (default
+            1000), held `FD_RESERVE` below the open-files limit.
+        linger_s: after an answer sent before the request's body was read (413, 431, 408),
+            how long the rest is read and discarded, seconds, so the client reads the
+            answer instead of a connection reset.
+        linger_max_bytes: ... and how many bytes at most.
+    """
+
+    max_request_line: int = 4094
+    max_header_fields: int = 100
+    max_header_field_size: int = 8190
+    max_header_bytes: int = 32768
+    header_timeout_s: float = 10.0
+    max_connections: int = 1000
+    linger_s: float = 5.0
+    linger_max_bytes: int = 64 * 1024 * 1024
+
+    @classmethod
+    def from_gunicorn(cls, cfg: Any, env: Mapping[str, str]) -> ConnectionLimits:
+        """The limits from gunicorn's settings object (`worker.cfg`) and `env`.
+
+        A gunicorn limit of 0 means "unlimited" there; here it keeps the default, so a head
+        is always bounded. The connection cap is clamped to the open-files limit
+        (`fd_bounded`).
+        """
+
+        def positive(value: int, default: int) -> int:
+            return value if value > 0 else default
+
+        base = cls()
+        limits = cls(
+            max_request_line=positive(cfg.limit_request_line, base.max_request_line),
+            max_header_fields=positive(cfg.limit_request_fields, base.max_header_fields),
+            max_header_field_size=positive(cfg.limit_request_field_size, base.max_header_field_size),
+            max_header_bytes=int(env.get(MAX_HEADER_BYTES_ENV, base.max_header_bytes)),
+            header_timeout_s=float(env.get(HEADER_TIMEOUT_ENV, base.header_timeout_s)),
+            max_connections=positive(cfg.worker_connections, base.max_connections),
+        )
+        return limits.fd_bounded()
+
+    def fd_bounded(self, open_files: int | None = None) -> ConnectionLimits:
+        """These limits with `max_connections` at most `open_files - FD_RESERVE` (>= 1).
+
+        Args:
+            open_files: the soft RLIMIT_NOFILE; read from the process when None.
+        """
+        if open_files is None:
+            open_files = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if open_files == resource.RLIM_INFINITY:
+            return self
+        cap = max(1, open_files - FD_RESERVE)
+        if cap >= self.max_connections:
+            return self
+        logger.warning(
+            "worker_connections %d lowered to %d: the open-files limit is %d",
+            self.max_connections,
+            cap,
+            open_files,
+        )
+        return replace(self, max_connections=cap)
+
+
+def raise_open_files_limit() -> tuple[int, int]:
+    """Raise this process's soft RLIMIT_NOFILE to its hard limit; children inherit it.
+
+    Container runtimes commonly start processes with a soft limit of 1024 and a far higher
+    hard one; an unprivileged process may raise its own soft limit up to the hard one.
+
+    Returns:
+        (soft before, soft now).
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == hard or (soft == resource.RLIM_INFINITY):
+        return soft, soft
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ValueError, OSError) as exc:  # e.g. hard above the kernel's nr_open
+        logger.warning("could not raise the open-files limit from %d to %d: %s", soft, hard, exc)
+        return soft, soft
+    return soft, hard
