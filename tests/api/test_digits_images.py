@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from api.examples.digits.images import ImageError, decode_grayscale, digit_grid, preprocess_digit
+from api.examples.digits.images import ImageError, decode_grayscale, digit_grid, png_data_bytes, preprocess_digit
 from models.digits_data import encode, load_split, render
 from tests.support import REPO
 
@@ -176,19 +176,61 @@ def test_truncated_image(held_out: tuple[np.ndarray, np.ndarray], image_format: 
         decode_grayscale(data[: len(data) // 2], max_pixels=MAX_PIXELS)
 
 
-def png_header_only(width: int, height: int) -> bytes:
-    """A PNG whose IHDR claims width×height and whose data is a few bytes: a bomb."""
+def png_of(width: int, height: int, pixel_data: bytes, *, interlaced: bool = False) -> bytes:
+    """An 8-bit grayscale PNG with this header and this (filtered) pixel data, well formed."""
 
     def chunk(kind: bytes, body: bytes) -> bytes:
         return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
 
-    ihdr = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)  # 8-bit grayscale
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, int(interlaced))
     return (
         b"\x89PNG\r\n\x1a\n"
         + chunk(b"IHDR", ihdr)
-        + chunk(b"IDAT", zlib.compress(b"\0" * 1024))
+        + chunk(b"IDAT", zlib.compress(pixel_data))
         + chunk(b"IEND", b"")
     )
+
+
+def png_header_only(width: int, height: int) -> bytes:
+    """A PNG whose IHDR claims width×height and whose data is a few bytes: a bomb."""
+    return png_of(width, height, b"\0" * 1024)
+
+
+def striped_rows(width: int, rows: int) -> bytes:
+    """`rows` rows of black and white vertical stripes, each with filter type 0."""
+    return b"".join(b"\0" + bytes(255 if (x // 8) % 2 else 0 for x in range(width)) for _ in range(rows))
+
+
+def test_a_png_holding_fewer_rows_than_its_header_declares_is_refused() -> None:
+    # A well-formed stream that ends early: Pillow alone decodes it and leaves the rest
+    # black (this one was classified as a 4, p = 0.9998).
+    data = png_of(4096, 4096, striped_rows(4096, 1))
+    assert len(data) < 200
+    with pytest.raises(ImageError, match="truncated or corrupt PNG image: its pixel data ends after 4097 of"):
+        decode_grayscale(data, max_pixels=MAX_PIXELS)
+    whole = png_of(64, 64, striped_rows(64, 64))
+    assert decode_grayscale(whole, max_pixels=MAX_PIXELS).size == (64, 64)
+    with pytest.raises(ImageError, match="truncated or corrupt PNG"):
+        decode_grayscale(png_of(64, 64, striped_rows(64, 63)), max_pixels=MAX_PIXELS)
+
+
+def test_an_interlaced_png_is_checked_pass_by_pass() -> None:
+    # Adam7 of a 10x10 8-bit grayscale image: pass sizes (cols x rows) 2x2, 1x2, 3x1, 2x3,
+    # 5x2, 5x5, 10x5, each row led by a filter byte.
+    sizes = [(2, 2), (1, 2), (3, 1), (2, 3), (5, 2), (5, 5), (10, 5)]
+    expected = sum(rows * (1 + cols) for cols, rows in sizes)
+    assert png_data_bytes(10, 10, 8, 0, interlaced=True) == expected
+    pixel_data = b"".join(b"\0" + b"\xff" * cols for cols, rows in sizes for _ in range(rows))
+    assert decode_grayscale(png_of(10, 10, pixel_data, interlaced=True), max_pixels=MAX_PIXELS).size == (10, 10)
+    with pytest.raises(ImageError, match="truncated or corrupt PNG"):
+        decode_grayscale(png_of(10, 10, pixel_data[:-11], interlaced=True), max_pixels=MAX_PIXELS)
+
+
+@pytest.mark.parametrize("mode", ["1", "L", "LA", "RGB", "RGBA", "P", "I;16"])
+def test_every_png_mode_pillow_writes_passes_the_data_check(mode: str) -> None:
+    data = encode(Image.new(mode, (37, 23)), "PNG")
+    with pytest.raises(ImageError, match="no digit"):  # blank, but whole
+        preprocess_digit(data, max_pixels=MAX_PIXELS)
 
 
 @pytest.mark.parametrize(
