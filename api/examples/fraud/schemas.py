@@ -6,9 +6,11 @@ for training, so the training data and the live requests go through one parser.
 
 from __future__ import annotations
 
-from typing import Literal
+import re
+from typing import Annotated, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic_core import PydanticCustomError
 
 from api.model_routes import ModelInfo
 
@@ -39,11 +41,37 @@ DeviceOS = Literal["android", "ios", "web", "windows", "macos", "linux", "other"
 
 
 class _Strict(BaseModel):
-    """Base for request bodies: unknown fields are errors, not silently dropped."""
+    """Base for request bodies: strict types, and unknown fields are errors, not dropped.
+
+    Strict (pydantic's strict mode): each field takes only its own JSON type. A number
+    field takes a JSON number (an integer too: JSON has one number type), never `true`
+    or a string such as `"129.99"`; an integer field an integral JSON number without a
+    fraction (`3`, not `3.0` or `"3"`); a boolean `true` or `false`, never `"yes"` or
+    `1`; a string field a string. A scoring API must not guess what a malformed
+    request meant: a score of `"amount": true` read as 1.0 would be a wrong answer.
+    """
 
     # NaN and Infinity (accepted by the JSON parser) are not amounts or coordinates:
     # reject them as such rather than with a misleading range error.
-    model_config = ConfigDict(extra="forbid", strict=False, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+
+# ISO 8601 / RFC 3339 date and time: YYYY-MM-DDThh:mm[...] (the offset is AwareDatetime's check).
+_ISO_DATETIME = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}")
+
+
+def _iso_8601_text(value: object) -> object:
+    """Only text in ISO 8601's date-and-time form: not a number of seconds, in JSON or in a string."""
+    if not isinstance(value, str) or not _ISO_DATETIME.match(value):
+        raise PydanticCustomError(
+            "datetime_type", "Input should be an ISO 8601 date and time with a UTC offset, as a string"
+        )
+    return value
+
+
+# FastAPI validates the parsed JSON in pydantic's Python mode, where a strict datetime takes
+# only `datetime` objects: the field is parsed laxly from its string, after the check above.
+Timestamp = Annotated[AwareDatetime, Field(strict=False), BeforeValidator(_iso_8601_text)]
 
 
 class Location(_Strict):
@@ -82,7 +110,7 @@ class Transaction(_Strict):
     amount: float = Field(gt=0.0, le=1e9, description="Amount in `currency` units, > 0.")
     currency: Currency
     merchant_category: MerchantCategory
-    timestamp: AwareDatetime = Field(
+    timestamp: Timestamp = Field(
         description="ISO 8601 with a UTC offset; the hour of day is read in that offset "
         "(the cardholder's local time)."
     )
