@@ -9,8 +9,13 @@ and stopped by the app's lifespan, takes events off the queue in batches (up to
 `batch_size`, after lingering `linger_s` for more) and writes each batch to a sink:
 
 * `JsonlFileSink` (default): appends JSON Lines to a file, one `write(2)` per batch on
-  an `O_APPEND` descriptor, so several workers can share one file without interleaving
-  lines; the write runs in a thread, off the event loop.
+  an `O_APPEND` descriptor under an exclusive `flock`, so several workers can share one
+  file without interleaving lines; the write runs in a thread, off the event loop. A
+  batch is written whole or not at all: a write cut short (a full disk, a file-size
+  limit) is truncated back off, so the file never holds a partial line and
+  `api_score_events_total{outcome="written"}` counts exactly the lines it holds. A file
+  renamed or removed (log rotation) is noticed before the next batch, which goes to a
+  new file at the configured path, as `logging.handlers.WatchedFileHandler` does.
 * `HttpSink`: POSTs each batch as JSON Lines (`application/x-ndjson`) to a URL, through
   an `httpx.AsyncClient` made like the one to serving; transport errors, 429 and 5xx
   are retried (tenacity, bounded in attempts and time).
@@ -32,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -112,25 +118,54 @@ class EventSink(Protocol):
 
 
 class JsonlFileSink:
-    """Appends JSON Lines to `path` (created with its parent directories on first write)."""
+    """Appends JSON Lines to `path` (created with its parent directories on first write).
+
+    Each batch is all or nothing, and a renamed or removed file is replaced by a new one
+    at `path` (see the module doc).
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._fd: int | None = None
 
-    def _append(self, data: bytes) -> None:
+    def _current_fd(self) -> int:
+        """The descriptor of the file now at `path`: reopened when it was renamed or removed."""
+        if self._fd is not None:
+            try:
+                at_path = os.stat(self.path)
+            except FileNotFoundError:
+                at_path = None
+            held = os.fstat(self._fd)
+            if at_path is None or (at_path.st_ino, at_path.st_dev) != (held.st_ino, held.st_dev):
+                os.close(self._fd)
+                self._fd = None
         if self._fd is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        view = memoryview(data)
-        while view:  # a regular file takes it whole; loop in case it does not
-            view = view[os.write(self._fd, view) :]
+        return self._fd
+
+    def _append(self, data: bytes) -> None:
+        fd = self._current_fd()
+        # The lock keeps other workers from appending while this batch is written, so on a
+        # failure the file can be cut back to where the batch began.
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            start = os.fstat(fd).st_size
+            try:
+                view = memoryview(data)
+                while view:  # a short write (disk full) is followed by one that raises
+                    view = view[os.write(fd, view) :]
+            except OSError:
+                os.ftruncate(fd, start)  # no partial line, no event counted twice
+                raise
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
 
     async def write(self, events: Sequence[ScoreEvent]) -> None:
-        """Append the batch in one write, in a worker thread.
+        """Append the whole batch or none of it, in a worker thread.
 
         Raises:
-            OSError: the file cannot be created or written.
+            OSError: the file cannot be created or written (nothing of the batch is in it).
         """
         await asyncio.to_thread(self._append, encode_jsonl(events))
 

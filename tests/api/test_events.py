@@ -11,6 +11,8 @@ import asyncio
 import json
 import re
 import signal
+import subprocess
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -22,6 +24,7 @@ from api.events import EventPublisher, HttpSink, JsonlFileSink, ScoreEvent, enco
 from api.metrics import ApiMetrics
 from models.transactions import generate_transactions
 from tests.support import (
+    REPO,
     Proc,
     free_port,
     http_ok,
@@ -169,6 +172,67 @@ async def test_sink_failure_drops_that_batch_and_the_writer_goes_on() -> None:
     assert counts["dropped_sink_error"] == 3
     assert counts["written"] == 2
     assert [e.input_id for b in sink.batches for e in b] == ["t-3", "t-4"]
+
+
+# Run in a child process under a file-size limit (RLIMIT_FSIZE; Python ignores SIGXFSZ, so a
+# write past it is cut short, then fails with EFBIG): a full disk that needs no privileges.
+_FULL_DISK_SCRIPT = """
+import asyncio, json, resource, sys
+from pathlib import Path
+from api.events import EventPublisher, JsonlFileSink, encode_jsonl
+from api.metrics import ApiMetrics
+from tests.api.test_events import event, outcome_counts
+
+path, groups = Path(sys.argv[1]), [20, 20, 20, 5]
+starts = [sum(groups[:i]) for i in range(len(groups))]
+sizes = [len(encode_jsonl([event(s + i) for i in range(n)])) for s, n in zip(starts, groups)]
+# Room for the first two groups and half of the third: the third is cut short; the fourth,
+# smaller, fits in what is left once the third is taken back out.
+resource.setrlimit(resource.RLIMIT_FSIZE, (sizes[0] + sizes[1] + sizes[2] // 2,) * 2)
+
+async def main():
+    metrics = ApiMetrics()
+    pub = EventPublisher(JsonlFileSink(path), metrics, max_queue=100, batch_size=20, linger_s=0)
+    pub.start()
+    for start, n in zip(starts, groups):
+        for i in range(n):
+            pub.publish(event(start + i))
+        await asyncio.sleep(0.05)  # the writer takes this group as one batch
+    await pub.aclose()
+    print(json.dumps(outcome_counts(metrics)))
+
+asyncio.run(main())
+"""
+
+
+def test_a_batch_cut_short_by_a_full_disk_leaves_no_partial_line_and_the_counters_match(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    out = subprocess.run(
+        [sys.executable, "-c", _FULL_DISK_SCRIPT, str(path)], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    counts = json.loads(out.stdout)
+    data = path.read_bytes()
+    assert data.endswith(b"\n")
+    rows = [json.loads(line) for line in data.splitlines()]  # every line is a whole event
+    assert [r["transaction_id"] for r in rows] == [f"t-{i}" for i in [*range(40), *range(60, 65)]]
+    assert counts["written"] == len(rows) == 45
+    assert counts["dropped_sink_error"] == 20
+
+
+@pytest.mark.anyio
+async def test_a_renamed_or_removed_file_is_replaced_at_its_path(tmp_path: Path) -> None:
+    """logrotate's default (rename, then a new file) needs no signal to the API."""
+    path = tmp_path / "events.jsonl"
+    sink = JsonlFileSink(path)
+    await sink.write([event(0)])
+    path.rename(tmp_path / "events.jsonl.1")
+    await sink.write([event(1)])
+    path.unlink()
+    await sink.write([event(2)])
+    await sink.aclose()
+    assert [json.loads(x)["transaction_id"] for x in (tmp_path / "events.jsonl.1").read_text().splitlines()] == ["t-0"]
+    assert [json.loads(x)["transaction_id"] for x in path.read_text().splitlines()] == ["t-2"]
 
 
 @pytest.mark.anyio
