@@ -6,14 +6,24 @@
 # 2. Waits until every model the config names reports a version AVAILABLE (polls model
 #    status until SERVING_READY_TIMEOUT_S; no fixed sleep).
 # 3. Starts gunicorn with uvicorn workers (gunicorn.conf.py) for the API.
+# 4. Supervises: serving that exits is started again after a backoff (1, 2, 4, ... s, at
+#    most 30 s), while the API stays up answering 503 serving_unavailable and /readyz
+#    fails; more than SERVING_MAX_RESTARTS exits within SERVING_RESTART_WINDOW_S stop the
+#    API too and the script exits non-zero, for the orchestrator to act on. The API
+#    exiting stops serving and exits non-zero.
 # SIGTERM/SIGINT stop both: the API first (it drains in-flight requests), then serving.
-# If either process exits, the other is stopped and the script exits non-zero.
+#
+# Serving's REST and gRPC ports are bound to SERVING_BIND_HOST, loopback by default: in
+# this mode only the API is meant to be reachable from outside the container.
 #
 # Environment (defaults in brackets):
 #   MODEL_CONFIG_FILE [models.config]  REST_API_PORT [8501]  GRPC_PORT [8500]
 #   API_PORT [8000]  API_HOST [0.0.0.0]  WEB_CONCURRENCY [from the CPU quota]
 #   MODELS_DIR: when set, the config's "/models/" base_path prefix is rewritten to it
 #   SERVING_HOST [127.0.0.1]: where serving's REST API is polled and called
+#   SERVING_BIND_HOST [127.0.0.1]: serving's bind address (python -m serving only;
+#     0.0.0.0 to expose serving's ports)
+#   SERVING_MAX_RESTARTS [5]  SERVING_RESTART_WINDOW_S [60]
 #   SERVING_READY_TIMEOUT_S [120]  PYTHON [python3]
 #   SERVING_ARGS: extra flags for the model server (e.g. --enable_batching)
 set -euo pipefail
@@ -25,6 +35,9 @@ API_PORT=${API_PORT:-8000}
 API_HOST=${API_HOST:-0.0.0.0}
 SERVING_HOST=${SERVING_HOST:-127.0.0.1}
 SERVING_READY_TIMEOUT_S=${SERVING_READY_TIMEOUT_S:-120}
+SERVING_BIND_HOST=${SERVING_BIND_HOST:-127.0.0.1}
+SERVING_MAX_RESTARTS=${SERVING_MAX_RESTARTS:-5}
+SERVING_RESTART_WINDOW_S=${SERVING_RESTART_WINDOW_S:-60}
 PYTHON=${PYTHON:-python3}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
@@ -53,18 +66,54 @@ names=$(cd "$HERE" && "$PYTHON" -m api.serving_config "$config") || { log "canno
 mapfile -t model_names <<< "$names"
 
 serving_flags=(--port="$GRPC_PORT" --rest_api_port="$REST_API_PORT" --model_config_file="$config")
-if command -v tensorflow_model_server >/dev/null 2>&1; then
-  log "serving tier: tensorflow_model_server"
-  tensorflow_model_server "${serving_flags[@]}" ${SERVING_ARGS:-} &
-else
-  log "serving tier: python -m serving (tensorflow_model_server is not on PATH)"
-  (cd "$HERE" && exec "$PYTHON" -m serving "${serving_flags[@]}" ${SERVING_ARGS:-}) &
-fi
-serving_pid=$!
+serving_pid=
 api_pid=
+backoff_pid=
+
+# Starts the model server in the background; sets serving_pid.
+start_serving() {
+  if command -v tensorflow_model_server >/dev/null 2>&1; then
+    log "serving tier: tensorflow_model_server (it binds every interface: it has no bind-address flag)"
+    tensorflow_model_server "${serving_flags[@]}" ${SERVING_ARGS:-} &
+  else
+    log "serving tier: python -m serving on ${SERVING_BIND_HOST} (tensorflow_model_server is not on PATH)"
+    (cd "$HERE" && exec "$PYTHON" -m serving "${serving_flags[@]}" \
+      --grpc_host="$SERVING_BIND_HOST" --rest_api_host="$SERVING_BIND_HOST" ${SERVING_ARGS:-}) &
+  fi
+  serving_pid=$!
+}
+
+# Serving exit times (in $SECONDS) within the restart window.
+serving_exits=()
+
+# Called when serving has exited: 0 after a backoff (restart it), 1 when it has exited
+# more than SERVING_MAX_RESTARTS times within SERVING_RESTART_WINDOW_S (give up).
+serving_restart_backoff() {
+  local t recent=()
+  for t in "${serving_exits[@]}" "$SECONDS"; do
+    (( SECONDS - t < SERVING_RESTART_WINDOW_S )) && recent+=("$t")
+  done
+  serving_exits=("${recent[@]}")
+  if (( ${#serving_exits[@]} > SERVING_MAX_RESTARTS )); then
+    log "serving tier exited ${#serving_exits[@]} times within ${SERVING_RESTART_WINDOW_S}s; giving up"
+    return 1
+  fi
+  local delay=$(( 1 << (${#serving_exits[@]} - 1) ))
+  (( delay > 30 )) && delay=30
+  log "serving tier exited; restarting it in ${delay}s (the API answers 503 meanwhile)"
+  # In the background and waited for, so SIGTERM is handled during the backoff.
+  sleep "$delay" &
+  backoff_pid=$!
+  wait "$backoff_pid" || true
+  backoff_pid=
+  return 0
+}
+
+start_serving
 
 stop_all() {
   trap - TERM INT
+  [[ -n "$backoff_pid" ]] && { kill "$backoff_pid" 2>/dev/null || true; }
   if [[ -n "$api_pid" ]] && kill -0 "$api_pid" 2>/dev/null; then
     kill -TERM "$api_pid" 2>/dev/null || true
     wait "$api_pid" 2>/dev/null || true
@@ -82,7 +131,12 @@ for name in "${model_names[@]}"; do
   url="http://${SERVING_HOST}:${REST_API_PORT}/v1/models/${name}"
   until "$PYTHON" -c "import sys, urllib.request as u; sys.exit(b'\"AVAILABLE\"' not in u.urlopen(sys.argv[1], timeout=2).read())" "$url" 2>/dev/null; do
     if ! kill -0 "$serving_pid" 2>/dev/null; then
-      log "serving tier exited before model '$name' became AVAILABLE"; wait "$serving_pid" || true; exit 1
+      wait "$serving_pid" || true
+      log "serving tier exited before model '$name' became AVAILABLE"
+      serving_restart_backoff || exit 1
+      start_serving
+      deadline=$((SECONDS + SERVING_READY_TIMEOUT_S))
+      continue
     fi
     if (( SECONDS >= deadline )); then
       log "model '$name' not AVAILABLE after ${SERVING_READY_TIMEOUT_S}s"; stop_all; exit 1
@@ -118,10 +172,23 @@ if [[ ",${MODEL_ROUTES:-fraud,digits}," == *",fraud,"* ]]; then
   log "Try: curl -s -X POST ${api_url}/v1/fraud/score -H 'content-type: application/json' -d @examples/transaction.json"
 fi
 
-# Whichever exits first, stop the other.
+# Supervise: serving is restarted (with backoff, a bounded number of times); the API
+# exiting ends everything.
 set +e
-wait -n "$serving_pid" "$api_pid"
-status=$?
-log "a process exited (status $status); stopping the other"
-stop_all
-exit $(( status == 0 ? 1 : status ))
+while true; do
+  wait -n "$serving_pid" "$api_pid"
+  status=$?
+  if ! kill -0 "$api_pid" 2>/dev/null; then
+    log "the API exited (status $status); stopping serving"
+    stop_all
+    exit $(( status == 0 ? 1 : status ))
+  fi
+  if ! kill -0 "$serving_pid" 2>/dev/null; then
+    log "serving tier exited (status $status)"
+    if ! serving_restart_backoff; then
+      stop_all
+      exit 1
+    fi
+    start_serving
+  fi
+done

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ipaddress
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -152,3 +155,87 @@ def test_run_server_refuses_a_port_in_use(tmp_path: Path) -> None:
         proc = Proc(["bash", str(REPO / "run-server.sh")], tmp_path / "log", env=env)
         assert proc.popen.wait(30) == 1
     assert f"port {port} is already in use" in proc.log()
+
+
+def listening_addresses(port: int) -> set[str]:
+    """The addresses something listens on at `port` (/proc/net/tcp and tcp6; IPv4-mapped as IPv4)."""
+    found = set()
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            hex_address, hex_port = local.split(":")
+            if state != "0A" or int(hex_port, 16) != port:  # 0A: LISTEN
+                continue
+            # Each 32-bit word is in host (little-endian) order.
+            raw = b"".join(bytes.fromhex(hex_address[i : i + 8])[::-1] for i in range(0, len(hex_address), 8))
+            address = ipaddress.ip_address(raw)
+            mapped = getattr(address, "ipv4_mapped", None)
+            found.add(str(mapped or address))
+    return found
+
+
+def serving_pid_of(run_server_pid: int) -> int:
+    for pid in children_of(run_server_pid):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"serving" in cmdline and b"-m" in cmdline:
+            return pid
+    raise AssertionError("no serving process")
+
+
+def test_serving_is_restarted_while_the_api_answers_503_and_gives_up_after_repeated_exits(tmp_path: Path) -> None:
+    api_port, rest_port, grpc_port = free_port(), free_port(), free_port()
+    env = {
+        "MODELS_DIR": str(REPO / "models"),
+        "PYTHON": sys.executable,
+        "API_PORT": str(api_port),
+        "API_HOST": "127.0.0.1",
+        "REST_API_PORT": str(rest_port),
+        "GRPC_PORT": str(grpc_port),
+        "WEB_CONCURRENCY": "1",
+        "SERVING_MAX_RESTARTS": "1",
+        "REQUEST_TIMEOUT_S": "1",
+    }
+    proc = Proc(["bash", str(REPO / "run-server.sh")], tmp_path / "run-server.log", env=env)
+    api = f"http://127.0.0.1:{api_port}"
+    body = (REPO / "examples" / "transaction.json").read_bytes()
+
+    def score() -> httpx.Response:
+        return httpx.post(api + "/v1/fraud/score", content=body, headers={"content-type": "application/json"})
+
+    try:
+        wait_until(lambda: "API ready" in proc.log() or not proc.alive(), 180, "run-server ready")
+        assert proc.alive(), proc.log()
+        # Only the API is reachable from outside: serving listens on loopback.
+        assert listening_addresses(rest_port) == {"127.0.0.1"}
+        assert listening_addresses(grpc_port) == {"127.0.0.1"}
+        assert listening_addresses(api_port) == {"127.0.0.1"}
+
+        first = serving_pid_of(proc.popen.pid)
+        os.kill(first, signal.SIGKILL)
+        wait_until(lambda: not Path(f"/proc/{first}").exists() or _zombie(first), 10, "serving to die")
+        down = score()
+        assert down.status_code == 503 and down.json()["code"] == "serving_unavailable", down.text
+        assert httpx.get(api + "/readyz", timeout=5).status_code == 503
+        # Restarted after its backoff; the API recovers without a restart of its own.
+        wait_until(lambda: http_ok(api + "/readyz"), 120, "serving restarted and ready")
+        assert score().status_code == 200
+        assert proc.alive()
+        assert "restarting it in 1s" in proc.log_path.read_text()
+
+        # A second exit within the window is one more than SERVING_MAX_RESTARTS: give up.
+        os.kill(serving_pid_of(proc.popen.pid), signal.SIGKILL)
+        assert proc.popen.wait(60) == 1, proc.log()
+        assert "giving up" in proc.log_path.read_text()
+        assert not http_ok(api + "/healthz")
+    finally:
+        proc.stop(timeout_s=60)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
