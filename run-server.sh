@@ -70,14 +70,16 @@ serving_pid=
 api_pid=
 backoff_pid=
 
-# Starts the model server in the background; sets serving_pid.
+# Starts the model server in the background; sets serving_pid. PROMETHEUS_MULTIPROC_DIR is
+# the API's (gunicorn's workers share it): the model server, which also uses
+# prometheus-client, must not write its metrics there (nor fail when it does not exist yet).
 start_serving() {
   if command -v tensorflow_model_server >/dev/null 2>&1; then
     log "serving tier: tensorflow_model_server (it binds every interface: it has no bind-address flag)"
-    tensorflow_model_server "${serving_flags[@]}" ${SERVING_ARGS:-} &
+    env -u PROMETHEUS_MULTIPROC_DIR tensorflow_model_server "${serving_flags[@]}" ${SERVING_ARGS:-} &
   else
     log "serving tier: python -m serving on ${SERVING_BIND_HOST} (tensorflow_model_server is not on PATH)"
-    (cd "$HERE" && exec "$PYTHON" -m serving "${serving_flags[@]}" \
+    (cd "$HERE" && exec env -u PROMETHEUS_MULTIPROC_DIR "$PYTHON" -m serving "${serving_flags[@]}" \
       --grpc_host="$SERVING_BIND_HOST" --rest_api_host="$SERVING_BIND_HOST" ${SERVING_ARGS:-}) &
   fi
   serving_pid=$!

@@ -197,6 +197,8 @@ def test_serving_is_restarted_while_the_api_answers_503_and_gives_up_after_repea
         "WEB_CONCURRENCY": "1",
         "SERVING_MAX_RESTARTS": "1",
         "REQUEST_TIMEOUT_S": "1",
+        # The API's, not yet made (gunicorn.conf.py makes it): the model server must not use it.
+        "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "prometheus"),
     }
     proc = Proc(["bash", str(REPO / "run-server.sh")], tmp_path / "run-server.log", env=env)
     api = f"http://127.0.0.1:{api_port}"
