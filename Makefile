@@ -3,6 +3,7 @@
 # make model - retrain and re-export the examples (models/fraud/1, models/digits/1)
 # make doctor - check the CPU budget of both tiers, blocking async endpoints, gunicorn preload
 # make protos - regenerate the API's TF Serving protos (api/protos/*_pb2*.py) from their .proto files
+# make chaos - the API under faults and hostile clients (real processes, loopback, ~2 min): a table per fault
 # make bench - naive vs tuned in-process vs split vs ceiling, quick plan (< 5 min on 2 cores; needs wrk)
 # make bench-full - the same benchmark, full plan (longer runs, more offered loads)
 # make compose-test - docker-compose.yml for real: build, up, score, scale serving to 3 under load, stop one,
@@ -17,7 +18,7 @@ API_PORT ?= 8000
 REST_API_PORT ?= 8501
 GRPC_PORT ?= 8500
 
-.PHONY: install run test compose-test model protos doctor bench bench-full bench-serving clean
+.PHONY: install run test chaos compose-test model protos doctor bench bench-full bench-serving clean
 
 install: $(STAMP)
 
@@ -35,6 +36,9 @@ test: $(STAMP)
 	$(PY) -m ruff check .
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest
+
+chaos: $(STAMP)
+	$(PY) -m tests.chaos
 
 compose-test:
 	deploy/compose/compose-test.sh

@@ -1,0 +1,384 @@
+"""The faults of the chaos run, the processes they hit, and what each must leave standing.
+
+Three stacks, all on 127.0.0.1 with free ports:
+
+- **replicas**: three fake serving replicas (`tests.api.fake_serving`: TF Serving's REST API,
+  a cheap model) and the API under gunicorn (`gunicorn.conf.py`, two workers) started under
+  an open-files limit of 1024, soft and hard (a common container default). Faults, in order:
+  `idle-flood` (2,500 connections that never send a byte), `slowloris` (2,000 connections
+  sending their head a byte a second), `huge-headers` (4 clients sending 50 MB headers in
+  a loop), `hung-replica` (one replica SIGSTOPped for most of the run), `killed-replica`
+  (one SIGKILLed), `sigterm` (the gunicorn master, mid-load).
+- **events-disk-full**: the API with `EVENTS_JSONL_PATH` on a file system that fills during
+  the run: a 1 MiB tmpfs when this process may mount one (root), else a 4 MiB file-size
+  limit (RLIMIT_FSIZE) on the API's processes; either way the file is first filled to 48 KiB
+  short of the limit.
+- **one-container**: `run-server.sh` (the real model server on the example models, the API
+  under gunicorn), serving SIGKILLed mid-load.
+
+Expectations (a fault that breaks one makes the run exit 1): nothing lost; no gunicorn
+worker restarted; at least 90 % answered 200 within budget, except where the fault takes the
+model away (`one-container`: every failure a 503 `serving_unavailable` or a late 200 while
+serving restarts on the same CPUs; serving restarted and the API ready again) or the server
+itself (`sigterm`: requests after the listener closed are refused; the master exits 0);
+`events-disk-full`: no partial line in the file and the written counter equal to the lines
+added.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from tests.api.stack import FakeServing, launch_fake, transactions, wait_ready
+from tests.chaos.load import LoadResult, OpenLoopLoad
+from tests.support import REPO, Proc, free_port, http_ok, wait_until
+
+BUDGET_S = 1.0
+FAULT_AT_S = 1.5  # into the load: the fault starts once the load is steady
+MIN_WITHIN_BUDGET = 0.9
+EVENTS_HEADROOM = 48 * 1024
+
+FAULTS = (
+    "idle-flood",
+    "slowloris",
+    "huge-headers",
+    "hung-replica",
+    "killed-replica",
+    "sigterm",
+    "events-disk-full",
+    "one-container",
+)
+
+
+@dataclass
+class Outcome:
+    """One fault's row: the load's outcomes, workers restarted, notes, broken expectations."""
+
+    name: str
+    load: LoadResult
+    restarted: int = 0
+    notes: list[str] = field(default_factory=list)
+    broken: list[str] = field(default_factory=list)
+
+    def expect(self, holds: bool, what: str) -> None:
+        if not holds:
+            self.broken.append(what)
+
+    def expect_defaults(self, min_within: float = MIN_WITHIN_BUDGET) -> None:
+        self.expect(self.load.lost == 0, "nothing lost")
+        self.expect(self.restarted == 0, "no worker restarted")
+        share = self.load.within_budget / max(1, self.load.sent)
+        self.expect(share >= min_within, f">= {min_within:.0%} within budget (was {share:.0%})")
+
+
+def children(pid: int) -> set[int]:
+    """Direct children of `pid`."""
+    found: set[int] = set()
+    with suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            found |= {int(c) for c in (task / "children").read_text().split()}
+    return found
+
+
+class WorkerWatch:
+    """Every gunicorn worker pid seen under a master while it runs (polled every 100 ms)."""
+
+    def __init__(self, master: int) -> None:
+        self.master = master
+        self.initial = children(master)
+        self.seen = set(self.initial)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        while not self._stop.wait(0.1):
+            self.seen |= children(self.master)
+
+    def stop(self) -> int:
+        """Stop watching; how many workers appeared that were not there at the start."""
+        self._stop.set()
+        self._thread.join()
+        return len(self.seen - self.initial)
+
+
+class Gunicorn:
+    """The API under gunicorn (`gunicorn.conf.py`), two workers, optionally under limits."""
+
+    def __init__(self, tmp: Path, name: str, serving_urls: str, prlimits: list[str], **env: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        prom = tmp / f"{name}-prometheus"
+        prom.mkdir()
+        self.proc = Proc(
+            ["prlimit", *prlimits, sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "api.app:create_app()"],
+            tmp / f"{name}.log",
+            env={
+                "WEB_CONCURRENCY": "2",
+                "API_BIND": f"127.0.0.1:{self.port}",
+                "SERVING_URLS": serving_urls,
+                "REQUEST_TIMEOUT_S": str(BUDGET_S),
+                "API_HEADER_TIMEOUT_S": "2",
+                "ACCESS_LOG": "false",
+                "PROMETHEUS_MULTIPROC_DIR": str(prom),
+                "EVENTS_JSONL_PATH": str(tmp / f"{name}-events.jsonl"),
+                **env,
+            },
+        )
+        wait_until(lambda: self._ready(), 60, f"API {name}")
+
+    def _ready(self) -> bool:
+        assert self.proc.alive(), self.proc.log()
+        return http_ok(self.url + "/readyz") and len(children(self.proc.popen.pid)) == 2
+
+    def metric(self, name: str, **labels: str) -> float:
+        text = httpx.get(self.url + "/metrics", timeout=5).text
+        pattern = re.escape(name) + r"\{([^}]*)\} ([0-9.e+]+)"
+        total = 0.0
+        for found_labels, value in re.findall(pattern, text):
+            if all(f'{k}="{v}"' in found_labels for k, v in labels.items()):
+                total += float(value)
+        return total
+
+
+def under_load(
+    name: str,
+    url: str,
+    master: int | None,
+    fault: Callable[[], None],
+    *,
+    rate: float,
+    seconds: float,
+    keepalive: int = 8,
+) -> Outcome:
+    """Run the load, start `fault` at FAULT_AT_S, wait for every outcome."""
+    watch = WorkerWatch(master) if master else None
+    bodies = transactions(512, seed=31)
+    load = OpenLoopLoad(
+        url + "/v1/fraud/score", bodies, rate=rate, seconds=seconds, budget_s=BUDGET_S, keepalive=keepalive
+    )
+    with load:
+        time.sleep(FAULT_AT_S)
+        fault()
+    outcome = Outcome(name, load.result, restarted=watch.stop() if watch else 0)
+    print(f"chaos: {name}: {outcome.load.sent} sent, {dict(outcome.load.outcomes)}", flush=True)
+    return outcome
+
+
+def attack(kind: str, port: int, count: int, seconds: float, notes: list[str], **extra: str) -> Callable[[], None]:
+    """A fault that runs `python -m tests.chaos.attacks` for `seconds` and notes its counters."""
+
+    def run() -> None:
+        args = [sys.executable, "-m", "tests.chaos.attacks", kind, f"--port={port}", f"--count={count}"]
+        args += [f"--seconds={seconds}", *(f"--{k}={v}" for k, v in extra.items())]
+        out = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=seconds + 60)
+        notes.append(f"attackers: {out.stdout.strip() or out.stderr.strip()[-300:]}")
+
+    return run
+
+
+# --- the replicas stack ---------------------------------------------------------------------
+
+
+def replicas_faults(tmp: Path, names: list[str], rate: float, seconds: float) -> Iterator[Outcome]:
+    fakes = [launch_fake(tmp, f"replica-{i}") for i in range(3)]
+    api: Gunicorn | None = None
+    try:
+        wait_ready(*fakes)
+        api = Gunicorn(tmp, "api", ",".join(f.url for f in fakes), ["--nofile=1024:1024"])
+        master = api.proc.popen.pid
+        attack_s = seconds - FAULT_AT_S
+        plan: list[tuple[str, Callable[[list[str]], Callable[[], None]]]] = [
+            ("idle-flood", lambda notes: attack("idle", api.port, 2500, attack_s, notes)),
+            ("slowloris", lambda notes: attack("slow", api.port, 2000, attack_s, notes)),
+            ("huge-headers", lambda notes: attack("huge", api.port, 4, attack_s, notes, **{"header-mb": "50"})),
+            ("hung-replica", lambda notes: hang(fakes[1], attack_s - 1.0, notes)),
+            ("killed-replica", lambda notes: kill(fakes[2], notes)),
+        ]
+        for name, make in plan:
+            if name in names:
+                notes: list[str] = []
+                outcome = under_load(name, api.url, master, make(notes), rate=rate, seconds=seconds)
+                outcome.notes += notes
+                outcome.expect_defaults()
+                yield outcome
+        if "sigterm" in names:
+            # Every connection kept alive: a request sent on one just as the worker shuts down
+            # must be answered (a new connection still queued in the listening socket's
+            # accept queue when it closes is reset by the kernel, which no server can avoid).
+            outcome = under_load("sigterm", api.url, master, lambda: os.kill(master, signal.SIGTERM), rate=rate,
+                                 seconds=seconds, keepalive=32)  # fmt: skip
+            code = api.proc.popen.wait(30)
+            refused = outcome.load.outcomes["refused"] + outcome.load.outcomes["connect_timeout"]
+            outcome.notes.append(f"master exit status {code}; {refused} refused after the listener closed")
+            outcome.expect(code == 0, "gunicorn exits 0")
+            outcome.expect(outcome.load.lost == 0, "nothing lost")
+            answered = outcome.load.sent - refused
+            outcome.expect(
+                outcome.load.within_budget >= MIN_WITHIN_BUDGET * answered, ">= 90 % of those not refused within budget"
+            )
+            yield outcome
+    finally:
+        if api is not None:
+            api.proc.stop()
+        for fake in fakes:
+            with suppress(ProcessLookupError):
+                os.kill(fake.proc.popen.pid, signal.SIGCONT)
+            fake.proc.stop()
+
+
+def hang(fake: FakeServing, for_s: float, notes: list[str]) -> Callable[[], None]:
+    def run() -> None:
+        os.kill(fake.proc.popen.pid, signal.SIGSTOP)
+        time.sleep(for_s)
+        os.kill(fake.proc.popen.pid, signal.SIGCONT)
+        notes.append(f"replica SIGSTOPped for {for_s:.1f} s of the run, then SIGCONT")
+
+    return run
+
+
+def kill(fake: FakeServing, notes: list[str]) -> Callable[[], None]:
+    def run() -> None:
+        fake.proc.popen.kill()
+        notes.append("one of three replicas SIGKILLed, not restarted")
+
+    return run
+
+
+# --- the full events disk ---------------------------------------------------------------------
+
+
+@contextmanager
+def small_file_system(tmp: Path) -> Iterator[tuple[Path, int, list[str], str]]:
+    """(directory, size limit in bytes, prlimit flags, what was used) for the events file."""
+    mount = tmp / "events-fs"
+    mount.mkdir()
+    size = 1 << 20
+    mounted = False
+    if os.geteuid() == 0:
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)], capture_output=True)
+        mounted = done.returncode == 0
+    try:
+        if mounted:
+            yield mount, size, ["--nofile=1024:1024"], "a 1 MiB tmpfs"
+        else:
+            size = 4 << 20  # above prometheus-client's 1 MiB multiprocess files
+            yield mount, size, ["--nofile=1024:1024", f"--fsize={size}"], "a 4 MiB file-size limit (RLIMIT_FSIZE)"
+    finally:
+        if mounted:
+            subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+def events_disk_full(tmp: Path, rate: float, seconds: float) -> Outcome:
+    fake = launch_fake(tmp, "events-serving")
+    try:
+        wait_ready(fake)
+        with small_file_system(tmp) as (directory, size, prlimits, used):
+            events = directory / "events.jsonl"
+            line = b'{"prefill": true, "pad": "' + b"x" * 200 + b'"}\n'
+            prefill = (size - EVENTS_HEADROOM) // len(line)
+            with suppress(OSError):
+                events.write_bytes(line * prefill)
+            api = Gunicorn(tmp, "api-disk", fake.url, prlimits, EVENTS_JSONL_PATH=str(events))
+            try:
+                outcome = under_load("events-disk-full", api.url, api.proc.popen.pid, lambda: None, rate=rate,
+                                     seconds=seconds)  # fmt: skip
+                time.sleep(1.0)  # the last batches leave the queue
+                written = api.metric("api_score_events_total", outcome="written")
+                dropped = api.metric("api_score_events_total", outcome="dropped_sink_error")
+            finally:
+                api.proc.stop()
+            data = events.read_bytes()
+        lines = data.split(b"\n")
+        whole = data.endswith(b"\n")
+        parsed = 0
+        for raw in lines[prefill:-1]:
+            with suppress(ValueError):
+                json.loads(raw)
+                parsed += 1
+        added = len(lines) - 1 - prefill
+        outcome.notes.append(
+            f"{used}; {added} events in the file, counters: {written:.0f} written, {dropped:.0f} dropped_sink_error"
+        )
+        outcome.expect_defaults()
+        outcome.expect(whole and parsed == added, "no partial line in the events file")
+        outcome.expect(dropped > 0, "the disk filled during the run")
+        # Counted before shutdown; the shutdown drain may add the last few to the file.
+        outcome.expect(added - 5 <= written <= added, "the written counter equals the lines added")
+        return outcome
+    finally:
+        fake.proc.stop()
+
+
+# --- one container: run-server.sh -----------------------------------------------------------------
+
+
+def one_container(tmp: Path, rate: float, seconds: float) -> Outcome:
+    api_port = free_port()
+    env = {
+        "MODELS_DIR": str(REPO / "models"),
+        "PYTHON": sys.executable,
+        "API_PORT": str(api_port),
+        "API_HOST": "127.0.0.1",
+        "REST_API_PORT": str(free_port()),
+        "GRPC_PORT": str(free_port()),
+        "WEB_CONCURRENCY": "2",
+        "REQUEST_TIMEOUT_S": str(BUDGET_S),
+        "ACCESS_LOG": "false",
+        "EVENTS_JSONL_PATH": str(tmp / "one-container-events.jsonl"),
+    }
+    proc = Proc(["bash", str(REPO / "run-server.sh")], tmp / "run-server.log", env=env)
+    url = f"http://127.0.0.1:{api_port}"
+    try:
+        wait_until(lambda: "API ready" in proc.log() or not proc.alive(), 240, "run-server.sh ready")
+        assert proc.alive(), proc.log()
+        gunicorn = next(p for p in children(proc.popen.pid) if b"gunicorn" in Path(f"/proc/{p}/cmdline").read_bytes())
+        serving = next(p for p in children(proc.popen.pid) if p != gunicorn)
+
+        outcome = under_load("one-container", url, gunicorn, lambda: os.kill(serving, signal.SIGKILL), rate=rate,
+                             seconds=seconds)  # fmt: skip
+        recovered = True
+        try:
+            wait_until(lambda: http_ok(url + "/readyz"), 120, "serving back")
+        except TimeoutError:
+            recovered = False
+        log = proc.log_path.read_text()
+        restarts = log.count("restarting it in")
+        outcome.notes.append(f"serving SIGKILLed; restarted {restarts} time(s); API ready again: {recovered}")
+        outcome.expect(outcome.load.lost == 0, "nothing lost")
+        outcome.expect(outcome.restarted == 0, "no worker restarted")
+        # Restarting serving costs the container's CPU (TensorFlow's import, the model's
+        # load): answers may come late meanwhile; any failure is the 503 of a missing model.
+        outcome.expect(set(outcome.load.failed()) <= {"503", "late"}, "every failure a 503")
+        outcome.expect(proc.alive() and restarts == 1 and recovered, "serving restarted, the API ready again")
+        return outcome
+    finally:
+        proc.stop(timeout_s=60)
+
+
+def run_faults(names: list[str], *, rate: float, seconds: float) -> list[Outcome]:
+    """Run the named faults (in `FAULTS` order); their outcomes."""
+    outcomes: list[Outcome] = []
+    with tempfile.TemporaryDirectory(prefix="chaos-") as tmp_dir:
+        tmp = Path(tmp_dir)
+        if set(names) & set(FAULTS[:6]):
+            outcomes += replicas_faults(tmp, names, rate, seconds)
+        if "events-disk-full" in names:
+            outcomes.append(events_disk_full(tmp, rate, seconds))
+        if "one-container" in names:
+            outcomes.append(one_container(tmp, rate, max(seconds, 15.0)))
+    return outcomes

@@ -1,0 +1,136 @@
+"""Open-loop load for the chaos run: requests due on a fixed timetable, each one's fate recorded.
+
+Request k is due at start + k / rate whatever the server does (a slow server does not slow
+the sender down, as it would in a closed loop), sent over a pool of connections (httpx; some
+kept alive, the others new for each request), and its latency runs from its due time. Every
+request ends in exactly one outcome:
+
+- `ok`: a 200 within the budget (from its due time);
+- `late`: a 200 after the budget;
+- `status <n>`: any other HTTP status;
+- `refused` / `connect_timeout`: no connection (nothing was sent; safe to retry);
+- `lost`: sent, then no answer -- a reset, a close or a timeout before any response.
+
+Runs in its own thread with its own event loop, so the caller can inject faults meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+
+@dataclass
+class LoadResult:
+    """Outcomes of one load run."""
+
+    sent: int = 0
+    outcomes: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def within_budget(self) -> int:
+        return self.outcomes["ok"]
+
+    @property
+    def lost(self) -> int:
+        return self.outcomes["lost"]
+
+    def failed(self) -> dict[str, int]:
+        """Outcomes other than ok and lost, by kind (`503`, `504`, `late`, `refused`, ...)."""
+        return {k: v for k, v in sorted(self.outcomes.items()) if k not in ("ok", "lost")}
+
+
+class OpenLoopLoad:
+    """POST `bodies` (cycled) to `url` at `rate` per second for `seconds`, in a thread.
+
+    Args:
+        url: where to POST.
+        bodies: JSON bodies, used in turn.
+        rate: requests per second.
+        seconds: how long requests are started.
+        budget_s: an answer later than this after its due time is `late`.
+        connections: the client's pool size.
+        keepalive: connections kept open between requests; the others close after their
+            answer, so new connections keep being made, as from many clients.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        bodies: Sequence[dict[str, Any]],
+        *,
+        rate: float,
+        seconds: float,
+        budget_s: float,
+        connections: int = 32,
+        keepalive: int = 8,
+    ) -> None:
+        self.url = url
+        self.bodies = bodies
+        self.rate = rate
+        self.seconds = seconds
+        self.budget_s = budget_s
+        self.connections = connections
+        self.keepalive = keepalive
+        self.result = LoadResult()
+        self.started = threading.Event()
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
+
+    def __enter__(self) -> OpenLoopLoad:
+        self._thread.start()
+        self.started.wait(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.join()
+
+    def join(self) -> LoadResult:
+        """Wait until every request has its outcome."""
+        self._thread.join(self.seconds + self.budget_s + 30)
+        return self.result
+
+    async def _main(self) -> None:
+        limits = httpx.Limits(max_connections=self.connections, max_keepalive_connections=self.keepalive)
+        # Long enough that only a hang trips it; the pool wait counts against the budget.
+        timeout = httpx.Timeout(self.budget_s + 4.0, pool=self.seconds + 10.0)
+        async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
+            tasks = []
+            start = time.monotonic()
+            self.started.set()
+            k = 0
+            while True:
+                due = start + k / self.rate
+                if due - start >= self.seconds:
+                    break
+                delay = due - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                tasks.append(asyncio.create_task(self._one(client, self.bodies[k % len(self.bodies)], due)))
+                k += 1
+            await asyncio.gather(*tasks)
+
+    async def _one(self, client: httpx.AsyncClient, body: dict[str, Any], due: float) -> None:
+        self.result.sent += 1
+        try:
+            response = await client.post(self.url, json=body)
+        except httpx.ConnectError:
+            outcome = "refused"
+        except httpx.ConnectTimeout:
+            outcome = "connect_timeout"
+        except (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError, httpx.TimeoutException):
+            outcome = "lost"
+        else:
+            if response.status_code != 200:
+                outcome = str(response.status_code)
+            elif time.monotonic() - due <= self.budget_s:
+                outcome = "ok"
+            else:
+                outcome = "late"
+        self.result.outcomes[outcome] += 1
