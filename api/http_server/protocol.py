@@ -34,7 +34,6 @@ from __future__ import annotations
 import array
 import asyncio
 import fcntl
-import os
 import termios
 from collections.abc import Callable
 from typing import Any, Final
@@ -47,6 +46,7 @@ from uvicorn.server import ServerState
 
 from api.http_server.connections import registry_for
 from api.http_server.limits import ConnectionLimits
+from api.request_context import new_request_id
 
 _DEFAULT_LIMITS: Final = ConnectionLimits()
 
@@ -275,7 +275,7 @@ class ApiHttpProtocol(HttpToolsProtocol):
             # an answer now would interleave with it.
             self.transport.close()
             return
-        request_id = os.urandom(16).hex()
+        request_id = new_request_id()
         body = orjson.dumps({"detail": detail, "code": code, "request_id": request_id})
         head = [STATUS_LINE[status]]
         for name, value in self.server_state.default_headers:
