@@ -135,12 +135,21 @@ class Settings(BaseSettings):
         default=3,
         ge=1,
         description="Attempts per call to serving across replicas; UNAVAILABLE (refused or "
-        "dropped connection, 503) is retried on another replica within the deadline.",
+        "dropped connection, 503) and an attempt past SERVING_ATTEMPT_TIMEOUT_S are retried on "
+        "another replica within the deadline.",
+    )
+    serving_attempt_timeout_s: float = Field(
+        default=0.5,
+        gt=0.0,
+        description="Longest one attempt takes when another replica could still be tried, "
+        "seconds; then the call moves on (a hung replica costs this, not the request's whole "
+        "budget). The last attempt gets what is left of the budget.",
     )
     serving_eject_s: float = Field(
         default=1.0,
         ge=0.0,
-        description="A replica that refused a connection is skipped this long, seconds.",
+        description="A replica that refused a connection or ran past its attempt timeout is "
+        "skipped this long, seconds.",
     )
     serving_resolve_interval_s: float = Field(
         default=2.0,
@@ -247,6 +256,7 @@ class Settings(BaseSettings):
             keepalive_expiry_s=self.serving_keepalive_expiry_s,
             max_attempts=self.serving_max_attempts,
             eject_s=self.serving_eject_s,
+            attempt_timeout_s=self.serving_attempt_timeout_s,
             resolve_interval_s=self.serving_resolve_interval_s,
             probe_model_names=tuple(probe_model_names),
             coalescing=coalescing,

@@ -62,8 +62,12 @@ class ClientConfig:
         max_connections: REST connections per replica at most (one per request in flight).
         keepalive_expiry_s: idle REST connections are closed after this, seconds; below
             serving's own idle timeout (uvicorn's default: 5 s).
-        max_attempts: attempts per call across replicas (UNAVAILABLE only is retried).
-        eject_s: a replica that refused a connection is skipped this long, seconds.
+        max_attempts: attempts per call across replicas (UNAVAILABLE and attempt timeouts are
+            retried).
+        eject_s: a replica that refused a connection or ran past its attempt timeout is
+            skipped this long, seconds.
+        attempt_timeout_s: the longest one attempt takes when another replica could still
+            be tried, seconds (`ReplicatedClient`); None: no limit but the deadline.
         resolve_interval_s: how often replica host names are resolved again, seconds
             (`_discovery`).
         probe_model_names: a newly resolved replica gets calls once each of these models
@@ -80,6 +84,7 @@ class ClientConfig:
     keepalive_expiry_s: float = 4.0
     max_attempts: int = 3
     eject_s: float = 1.0
+    attempt_timeout_s: float | None = 0.5
     resolve_interval_s: float = 2.0
     probe_model_names: Sequence[str] = ()
     coalescing: CoalescingConfig | None = None
@@ -141,7 +146,12 @@ async def open_serving_client(
             await pools.close_pool(replica.target)  # type: ignore[attr-defined]
 
     def replicated(replicas: Sequence[ServingClient]) -> ServingClient:
-        return ReplicatedClient(replicas, max_attempts=config.max_attempts, eject_s=config.eject_s)
+        return ReplicatedClient(
+            replicas,
+            max_attempts=config.max_attempts,
+            eject_s=config.eject_s,
+            attempt_timeout_s=config.attempt_timeout_s,
+        )
 
     async def probe(replica: ServingClient) -> bool:
         timeout_s = min(1.0, config.call_timeout_s)

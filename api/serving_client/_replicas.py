@@ -7,14 +7,21 @@ once every replica has been tried, the next attempt waits a jittered exponential
 backoff. Attempts stop at `max_attempts` or when the next one would start after the
 request's deadline, whichever is first; the last error is raised.
 
+An attempt that may be followed by another (attempts left, and a replica neither tried
+nor ejected) gets at most `attempt_timeout_s` of the request's budget (Envoy's
+`per_try_timeout`): a replica that hangs -- accepts the connection, never answers (a
+stopped process, a wedged host) -- costs that long, and the call goes on to another
+replica within the request's deadline. The last possible attempt gets all that is left.
+Predict is a pure function of its inputs, so running it twice is safe.
+
 Retries use tenacity: its stop, wait and retry policies are composed per call with
 the request's deadline (`stop_before_delay` on the time left). Picking the replica is
 the only part tenacity does not know about; it happens inside each attempt.
 
-A replica that could not be connected to at all (`ServingError.replica_down`) is
-skipped for `eject_s` seconds (outlier ejection), so a dead replica costs one failed
-connect per `eject_s` instead of one per request; when all are ejected, the rotation
-goes on over all of them.
+A replica that could not be connected to at all (`ServingError.replica_down`), or
+whose attempt ran out of its `attempt_timeout_s`, is skipped for `eject_s` seconds
+(outlier ejection), so a dead or hung replica costs one failed attempt per `eject_s`
+instead of one per request; when all are ejected, the rotation goes on over all of them.
 """
 
 from __future__ import annotations
@@ -26,10 +33,22 @@ from typing import TypeVar
 import tenacity
 
 from api.deadlines import Deadline
-from api.serving_client._errors import ServingError, is_retryable
+from api.serving_client._errors import ServingError, ServingTimeout, is_retryable
 from api.serving_client._types import ModelMetadata, ModelStatus, PredictRequest, PredictResponse, ServingClient
 
 T = TypeVar("T")
+
+
+class AttemptTimeout(ServingTimeout):
+    """One attempt ran out of its `attempt_timeout_s` while the request had time left.
+
+    Retried on another replica; if it is the last error of the call it is answered as
+    any `ServingTimeout` (504).
+    """
+
+
+def _retryable(exc: BaseException) -> bool:
+    return is_retryable(exc) or isinstance(exc, AttemptTimeout)
 
 
 class RoundRobin:
@@ -87,7 +106,10 @@ class ReplicatedClient:
     Args:
         replicas: one transport per replica (all REST or all gRPC).
         max_attempts: attempts per call at most, across replicas (>= 1).
-        eject_s: how long a replica that refused connections is skipped, seconds.
+        eject_s: how long a replica that refused connections or ran out of its attempt
+            timeout is skipped, seconds.
+        attempt_timeout_s: the longest an attempt that may be followed by another takes,
+            seconds; None: every attempt may take what is left of the deadline.
         backoff_initial_s / backoff_max_s: backoff once every replica was tried:
             exponential from `backoff_initial_s`, at most `backoff_max_s`, plus up to
             `backoff_initial_s` of jitter.
@@ -99,6 +121,7 @@ class ReplicatedClient:
         *,
         max_attempts: int,
         eject_s: float = 1.0,
+        attempt_timeout_s: float | None = None,
         backoff_initial_s: float = 0.01,
         backoff_max_s: float = 0.2,
     ) -> None:
@@ -107,6 +130,7 @@ class ReplicatedClient:
         self.replicas = tuple(replicas)
         self._rotation = RoundRobin(len(self.replicas), eject_s)
         self._max_attempts = max_attempts
+        self._attempt_timeout_s = attempt_timeout_s
         self._backoff = tenacity.wait_exponential_jitter(
             multiplier=backoff_initial_s, max=backoff_max_s, jitter=backoff_initial_s
         )
@@ -115,23 +139,24 @@ class ReplicatedClient:
         return f"ReplicatedClient({list(self.replicas)!r})"
 
     async def predict(self, request: PredictRequest, deadline: Deadline) -> PredictResponse:
-        """Predict on the next replica; UNAVAILABLE retried on another (see module doc)."""
-        return await self._call(lambda replica: replica.predict(request, deadline), deadline)
+        """Predict on the next replica; UNAVAILABLE and attempt timeouts retried on another
+        (see module doc)."""
+        return await self._call(lambda replica, within: replica.predict(request, within), deadline)
 
     async def model_status(self, model_name: str, deadline: Deadline) -> ModelStatus:
-        """Model status from the next replica; UNAVAILABLE retried on another."""
-        return await self._call(lambda replica: replica.model_status(model_name, deadline), deadline)
+        """Model status from the next replica; UNAVAILABLE and attempt timeouts retried on another."""
+        return await self._call(lambda replica, within: replica.model_status(model_name, within), deadline)
 
     async def model_metadata(self, model_name: str, version: int, deadline: Deadline) -> ModelMetadata:
-        """Model metadata from the next replica; UNAVAILABLE retried on another."""
-        return await self._call(lambda replica: replica.model_metadata(model_name, version, deadline), deadline)
+        """Model metadata from the next replica; UNAVAILABLE and attempt timeouts retried on another."""
+        return await self._call(lambda replica, within: replica.model_metadata(model_name, version, within), deadline)
 
     async def aclose(self) -> None:
         """Close every replica's transport."""
         for replica in self.replicas:
             await replica.aclose()
 
-    async def _call(self, fn: Callable[[ServingClient], Awaitable[T]], deadline: Deadline) -> T:
+    async def _call(self, fn: Callable[[ServingClient, Deadline], Awaitable[T]], deadline: Deadline) -> T:
         tried: set[int] = set()
         rotation = self._rotation
 
@@ -145,15 +170,32 @@ class ReplicatedClient:
             stop=tenacity.stop_after_attempt(self._max_attempts)
             | tenacity.stop_before_delay(max(0.0, deadline.remaining())),
             wait=wait,
-            retry=tenacity.retry_if_exception(is_retryable),
+            retry=tenacity.retry_if_exception(_retryable),
             reraise=True,
         )
         async for attempt in retrying:
             with attempt:
-                index = rotation.pick(time.monotonic(), tried)
+                now = time.monotonic()
+                index = rotation.pick(now, tried)
                 tried.add(index)
+                within = deadline
+                if (
+                    self._attempt_timeout_s is not None
+                    and attempt.retry_state.attempt_number < self._max_attempts
+                    and rotation.untried_up(now, tried)
+                    and deadline.expires_at > now + self._attempt_timeout_s
+                ):
+                    within = Deadline(now + self._attempt_timeout_s)  # another attempt may follow
                 try:
-                    result = await fn(self.replicas[index])
+                    result = await fn(self.replicas[index], within)
+                except ServingTimeout as exc:
+                    if within is deadline:
+                        raise
+                    rotation.mark_down(index, time.monotonic())
+                    raise AttemptTimeout(
+                        f"no answer within the attempt timeout of {self._attempt_timeout_s:g} s",
+                        target=exc.target,
+                    ) from exc
                 except ServingError as exc:
                     if exc.replica_down:
                         rotation.mark_down(index, time.monotonic())

@@ -1,6 +1,6 @@
 """The API under faults, as real processes on loopback (fake serving, see stack.py).
 
-Serving killed under load, a replica killed under load, backpressure, request
+Serving killed under load, a replica killed or hung under load, backpressure, request
 deadlines, oversize bodies and coalescing. Every load loop is bounded in count and
 time; waits poll for readiness instead of sleeping.
 """
@@ -100,6 +100,37 @@ def test_one_of_three_replicas_killed_under_load(tmp_path: Path, procs: list) ->
         assert outcome.body["fraud_score"] == pytest.approx(expected_score(bodies[outcome.index]))
     survivors = [sum(r.stats()["batches"]) for r in (replicas[0], replicas[2])]
     assert all(rows > 100 for rows in survivors), survivors  # round-robin spread the load
+
+
+def test_one_of_three_replicas_hung_under_load(tmp_path: Path, procs: list) -> None:
+    """SIGSTOP: the replica's kernel still accepts connections and requests; nothing answers."""
+    replicas = [start_fake(tmp_path, f"replica-{i}") for i in range(3)]
+    procs.extend(replicas)
+    budget_s = 2.0
+    api = start_api_process(
+        tmp_path,
+        "api",
+        replicas[0].url,
+        SERVING_URLS=",".join(r.url for r in replicas),
+        REQUEST_TIMEOUT_S=str(budget_s),
+        SERVING_ATTEMPT_TIMEOUT_S="0.3",
+    )
+    procs.append(api)
+    victim = replicas[1]
+
+    def hang_victim(done: int) -> None:
+        if done == 50:
+            os.kill(victim.proc.popen.pid, signal.SIGSTOP)
+
+    bodies = transactions(400, seed=13)
+    try:
+        run = run_load(api.url + SCORE, bodies, concurrency=12, max_seconds=90, on_done=hang_victim)
+    finally:
+        os.kill(victim.proc.popen.pid, signal.SIGCONT)
+    assert run.statuses() == {200: len(bodies)}, [o.body for o in run.outcomes if o.status != 200][:3]
+    assert max(o.elapsed_s for o in run.outcomes) < budget_s
+    for outcome in run.outcomes:
+        assert outcome.body["fraud_score"] == pytest.approx(expected_score(bodies[outcome.index]))
 
 
 @pytest.fixture

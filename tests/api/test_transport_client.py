@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from collections.abc import Callable
 
 import orjson
@@ -443,6 +444,49 @@ async def test_other_errors_are_not_retried() -> None:
         with pytest.raises(type(error)):
             await ReplicatedClient([first, second], max_attempts=3).predict(REQUEST, Deadline.after(5))
         assert (first.calls, second.calls) == (1, 0)
+
+
+class HungReplica(FakeReplica):
+    """Accepts every call and never answers: times out at the deadline it is given."""
+
+    async def predict(self, request: PredictRequest, deadline: Deadline) -> PredictResponse:
+        self.calls += 1
+        try:
+            async with deadline.timeout():
+                await asyncio.Event().wait()
+        except TimeoutError:
+            raise ServingTimeout("no answer within the request deadline", target=self.name) from None
+        raise AssertionError("unreachable")
+
+
+async def test_a_hung_replica_costs_one_attempt_timeout_and_is_ejected() -> None:
+    hung, a, b = HungReplica("hung"), FakeReplica("a"), FakeReplica("b")
+    client = ReplicatedClient([hung, a, b], max_attempts=3, eject_s=60, attempt_timeout_s=0.1)
+    started = time.monotonic()
+    first = await client.predict(REQUEST, Deadline.after(2))
+    assert first.outputs["who"].values == [b"a"]
+    assert 0.1 <= time.monotonic() - started < 0.5  # one attempt timeout, not the 2 s budget
+    answers = [(await client.predict(REQUEST, Deadline.after(2))).outputs["who"].values[0] for _ in range(6)]
+    assert sorted(set(answers)) == [b"a", b"b"]
+    assert hung.calls == 1  # ejected after its timeout, like a replica that refuses
+
+
+async def test_the_last_possible_attempt_gets_the_whole_remaining_budget() -> None:
+    # One replica: no other to move on to, so the attempt timeout does not apply.
+    only = HungReplica("only")
+    started = time.monotonic()
+    with pytest.raises(ServingTimeout):
+        await ReplicatedClient([only], max_attempts=3, attempt_timeout_s=0.05).predict(REQUEST, Deadline.after(0.3))
+    assert 0.3 <= time.monotonic() - started < 0.6 and only.calls == 1
+    # Every replica hung: the first attempts are cut short, the last runs to the deadline
+    # and its timeout is the answer (504).
+    hung = [HungReplica(str(i)) for i in range(3)]
+    started = time.monotonic()
+    with pytest.raises(ServingTimeout) as caught:
+        await ReplicatedClient(hung, max_attempts=3, attempt_timeout_s=0.05).predict(REQUEST, Deadline.after(0.5))
+    assert 0.5 <= time.monotonic() - started < 0.8
+    assert [r.calls for r in hung] == [1, 1, 1]
+    assert "request deadline" in caught.value.message
 
 
 async def test_attempts_are_bounded_by_count_and_deadline() -> None:

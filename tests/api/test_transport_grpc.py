@@ -3,14 +3,17 @@ process whose gRPC side is built from the OFFICIAL TF Serving stubs
 (`tests.api.fake_serving`), so our protos meet theirs on the wire.
 
 Replica failover and recovery after a restart are exercised over gRPC too: a killed
-replica's calls fail with UNAVAILABLE and move to another, and the channel reconnects
-to a restarted one within its (shortened) reconnect backoff.
+replica's calls fail with UNAVAILABLE and move to another, a hung one's run out of their
+attempt timeout and move to another, and the channel reconnects to a restarted one within
+its (shortened) reconnect backoff.
 """
 
 from __future__ import annotations
 
 import asyncio
 import importlib.util
+import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -151,6 +154,36 @@ def test_gunicorn_preload_workers_each_open_their_own_channels(
     assert run.statuses() == {200: len(bodies)}, proc.log()
     assert proc.stop() == 0, proc.log()
     assert proc.log().count("Booting worker") >= 2
+
+
+def test_a_hung_grpc_replica_is_failed_over_within_the_budget(
+    tmp_path: Path, procs: list, grpc_replicas: list[FakeServing]
+) -> None:
+    """SIGSTOP: the replica's connection stays up, its calls are never answered."""
+    budget_s = 2.0
+    api = start_api_process(
+        tmp_path,
+        "api",
+        grpc_replicas[0].url,
+        SERVING_PROTOCOL="grpc",
+        SERVING_GRPC_TARGETS=",".join(f"127.0.0.1:{r.grpc_port}" for r in grpc_replicas),
+        REQUEST_TIMEOUT_S=str(budget_s),
+        SERVING_ATTEMPT_TIMEOUT_S="0.3",
+    )
+    procs.append(api)
+    victim = grpc_replicas[1]
+
+    def hang_victim(done: int) -> None:
+        if done == 30:
+            os.kill(victim.proc.popen.pid, signal.SIGSTOP)
+
+    bodies = transactions(200, seed=17)
+    try:
+        run = run_load(api.url + SCORE, bodies, concurrency=8, max_seconds=60, on_done=hang_victim)
+    finally:
+        os.kill(victim.proc.popen.pid, signal.SIGCONT)
+    assert run.statuses() == {200: len(bodies)}, [o.body for o in run.outcomes if o.status != 200][:3]
+    assert max(o.elapsed_s for o in run.outcomes) < budget_s
 
 
 def test_scores_over_grpc_with_failover_and_recovery(
