@@ -2,22 +2,29 @@
 
 gunicorn starts under a soft open-files limit of 512 (its hard limit stays higher), two
 workers, `API_WORKER_CONNECTIONS=64`. Checks that the workers run with the soft limit raised
-to the hard one, and that an idle-connection flood several times the cap, a slow head and a
-huge head leave `/healthz` answering and no worker restarted. No serving tier is needed:
-`/healthz` never calls it.
+to the hard one, that an idle-connection flood several times the cap, a slow head and a
+huge head leave `/healthz` answering and no worker restarted, and that a body over the
+limit is answered a 413 every common client reads. No serving tier is needed: `/healthz`
+never calls it, and a 413 is answered before the route.
 """
 
 from __future__ import annotations
 
+import json
 import resource
 import socket
+import subprocess
 import sys
 import time
-from collections.abc import Iterator
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+import requests
 
 from tests.api.test_gunicorn import children
 from tests.support import Proc, free_port, http_ok, wait_until
@@ -105,3 +112,78 @@ def test_floods_of_idle_slow_and_huge_heads_leave_the_workers_answering(gunicorn
             s.close()
     assert set(children(proc.popen.pid)) == workers, "a worker was restarted"
     assert "WORKER TIMEOUT" not in proc.log()
+
+
+BIG = 20 << 20  # far over both limits: MAX_BODY_BYTES (64 KiB) and the digits upload (2 MiB)
+
+
+def oversize_bodies() -> dict[str, tuple[str, bytes]]:
+    """Route -> (content type, a body of about BIG bytes)."""
+    boundary = uuid.uuid4().hex
+    multipart = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="image"; filename="digit.png"\r\n'
+        "Content-Type: image/png\r\n\r\n"
+    ).encode() + b"\x89PNG" + b"x" * BIG + f"\r\n--{boundary}--\r\n".encode()
+    return {
+        "/v1/fraud/score": ("application/json", b'{"pad": "' + b"x" * BIG + b'"}'),
+        "/v1/digits/classify": (f"multipart/form-data; boundary={boundary}", multipart),
+    }
+
+
+def chunks(body: bytes) -> Iterator[bytes]:
+    """The body as a stream: sent chunked (no Content-Length) by every client below."""
+    for i in range(0, len(body), 1 << 16):
+        yield body[i : i + (1 << 16)]
+
+
+def via_urllib(url: str, ctype: str, body: bytes, chunked: bool) -> tuple[int, dict]:
+    request = urllib.request.Request(url, data=chunks(body) if chunked else body, headers={"content-type": ctype})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def via_requests(url: str, ctype: str, body: bytes, chunked: bool) -> tuple[int, dict]:
+    answer = requests.post(url, data=chunks(body) if chunked else body, headers={"content-type": ctype}, timeout=30)
+    return answer.status_code, answer.json()
+
+
+def via_httpx(url: str, ctype: str, body: bytes, chunked: bool) -> tuple[int, dict]:
+    answer = httpx.post(url, content=chunks(body) if chunked else body, headers={"content-type": ctype}, timeout=30)
+    return answer.status_code, answer.json()
+
+
+def via_curl(url: str, ctype: str, body: bytes, chunked: bool, tmp: Path) -> tuple[int, dict]:
+    path = tmp / "body"
+    path.write_bytes(body)
+    framing = ["-H", "transfer-encoding: chunked"] if chunked else []
+    headers = ["-H", f"content-type: {ctype}", *framing]
+    out = subprocess.run(
+        ["curl", "-s", "-w", "\n%{http_code}", *headers, "--data-binary", f"@{path}", url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    text, _, status = out.stdout.rpartition("\n")
+    return int(status or 0), json.loads(text) if text else {}
+
+
+def test_a_body_over_the_limit_is_a_413_every_client_reads(gunicorn: tuple[Proc, str], tmp_path: Path) -> None:
+    """urllib (sends `Connection: close` and its whole body before reading), requests, httpx
+    and curl; with Content-Length and chunked; a JSON route and the multipart upload route."""
+    _, base = gunicorn
+    clients: dict[str, Callable[[str, str, bytes, bool], tuple[int, dict]]] = {
+        "urllib": via_urllib,
+        "requests": via_requests,
+        "httpx": via_httpx,
+        "curl": lambda url, ctype, body, chunked: via_curl(url, ctype, body, chunked, tmp_path),
+    }
+    seen = {}
+    for route, (ctype, body) in oversize_bodies().items():
+        for name, send in clients.items():
+            for chunked in (False, True):
+                status, answer = send(base + route, ctype, body, chunked)
+                seen[(route, name, chunked)] = (status, answer.get("code"))
+    assert set(seen.values()) == {(413, "payload_too_large")}, seen
