@@ -97,6 +97,7 @@ def create_app(
                         signature_name=signature.signature_name,
                         version_ttl_s=settings.model_version_ttl_s,
                         status_timeout_s=settings.serving_timeout_s,
+                        shedding=settings.deadline_shedding,
                     )
                     endpoint.bind(served, app.state.events, cpu_limiter)
                 yield

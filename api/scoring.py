@@ -3,7 +3,9 @@
 `ServedModel` is one servable called through one signature: it pins each predict to
 the latest AVAILABLE version (read from model status and cached, because TF Serving's
 REST answer does not say which version ran) and returns the outputs with that version.
-Every model route (`api.routes.model`) calls its model through one.
+Every model route (`api.routes.model`) calls its model through one. With `shedding` on, it
+refuses at once a request whose remaining budget is below the model's current median
+latency (`api.shedding`).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from api.deadlines import Deadline
+from api.deadlines import Deadline, DeadlineExceeded
 from api.serving_client import (
     ModelSpec,
     PredictRequest,
@@ -24,6 +26,7 @@ from api.serving_client import (
     ServingUnavailable,
     Tensor,
 )
+from api.shedding import LatencyEstimate
 
 
 @dataclass(frozen=True)
@@ -107,6 +110,8 @@ class ServedModel:
         signature_name: SignatureDef key.
         version_ttl_s: how long the latest AVAILABLE version is trusted, seconds.
         status_timeout_s: budget of one model-status call, seconds.
+        shedding: refuse a request whose remaining budget is below the model's current
+            median latency, without calling serving (`api.shedding`).
     """
 
     def __init__(
@@ -117,8 +122,11 @@ class ServedModel:
         signature_name: str = "serving_default",
         version_ttl_s: float,
         status_timeout_s: float,
+        shedding: bool = False,
     ) -> None:
         self.model_name = model_name
+        self.shedding = shedding
+        self.latency = LatencyEstimate()
         self.signature_name = signature_name
         self.client = client
         self.latest = LatestVersion(client, model_name, version_ttl_s, status_timeout_s=status_timeout_s)
@@ -141,9 +149,21 @@ class ServedModel:
                 signature) is returned under the only name asked for.
 
         Raises:
+            DeadlineExceeded: shedding is on and less of the budget is left than the
+                model's current median latency (serving is not called).
             ServingBadResponse: an asked-for output is missing.
             ServingError subclasses from the client.
         """
+        if self.shedding:
+            typical = self.latency.median()
+            left = deadline.remaining()
+            if typical is not None and left < typical:
+                raise DeadlineExceeded(
+                    f"{max(left, 0.0) * 1000:.0f} ms of the request's budget left, less than the "
+                    f"{typical * 1000:.0f} ms model '{self.model_name}' takes now (median of its recent "
+                    "calls): refused without calling serving"
+                )
+        started = time.monotonic()
         for attempt in (1, 2):
             version = await self.latest.get(deadline)
             spec = self._spec
@@ -152,6 +172,11 @@ class ServedModel:
             request = PredictRequest(spec, inputs, tuple(outputs))
             try:
                 response = await self.client.predict(request, deadline)
+            except ServingTimeout:
+                # Ran out of time: the model takes at least this long now. Counting it keeps
+                # the estimate honest when overload leaves few calls that succeed at all.
+                self.latency.record(time.monotonic() - started)
+                raise
             except ServingNotFound:
                 # The pinned version went away (a newer one replaced it): re-read once.
                 self.latest.invalidate()
@@ -166,5 +191,6 @@ class ServedModel:
                 raise ServingBadResponse(
                     f"model '{self.model_name}' answered without output(s) {missing}; got {sorted(named)}"
                 )
+            self.latency.record(time.monotonic() - started)
             return Answer(named, response.model_version if response.model_version is not None else version)
         raise AssertionError("unreachable")

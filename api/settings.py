@@ -158,6 +158,12 @@ class Settings(BaseSettings):
         "resolved again this often, seconds, so replicas added or removed (docker compose "
         "--scale, a Kubernetes headless Service) are followed; 0 resolves once at start.",
     )
+    deadline_shedding: bool = Field(
+        default=True,
+        description="Refuse at once (504 deadline_exceeded, serving not called) a request whose "
+        "remaining budget is below the model's median latency over its recent calls in this "
+        "worker: it would most likely time out while serving still does its work.",
+    )
     max_in_flight_requests: int = Field(
         default=64,
         ge=1,

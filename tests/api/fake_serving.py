@@ -1,6 +1,7 @@
 """A test-only stand-in for the serving tier, speaking TF Serving's REST and gRPC APIs.
 
     python -m tests.api.fake_serving --rest-port 8501 [--grpc-port 8500] [--models fraud,digits]
+        [--service-ms 40 --slots 4]
 
 It "serves" every model named in `--models` as version 1, AVAILABLE, with the example
 exports' SignatureDefs as its metadata (`SIGNATURES`), and answers any predict with
@@ -11,7 +12,10 @@ API's answers to that function, which proves rows travel and come back in order.
 It is test-only because it can be told to misbehave, over REST on its own port:
 `POST /_fake/hold` makes predicts wait (they are counted as pending) until
 `POST /_fake/release`; `GET /_fake/stats` says how many predicts it ran and how many
-rows each had. The gRPC side uses the OFFICIAL generated stubs
+rows each had. `--service-ms` / `--slots` make it a model of finite capacity: each predict
+holds one of `slots` for `service-ms` (asleep, no CPU), so at most slots / service-ms
+predicts a millisecond are served and more queue; like TF Serving, it finishes a predict
+whose caller went away. The gRPC side uses the OFFICIAL generated stubs
 (`tensorflow_serving.apis`), so the API's own protos are checked against them on the
 wire; importing them loads TensorFlow, so it happens only with `--grpc-port`.
 """
@@ -69,17 +73,22 @@ def fake_score(row: Sequence[float]) -> float:
 class FakeModel:
     """State shared by the REST and gRPC front ends."""
 
-    def __init__(self, models: Sequence[str]) -> None:
+    def __init__(self, models: Sequence[str], service_s: float = 0.0, slots: int = 0) -> None:
         self.models = set(models)
         self.batches: list[int] = []
         self.pending = 0
         self.open = asyncio.Event()
         self.open.set()
+        self.service_s = service_s
+        self.slots = asyncio.Semaphore(slots) if slots else None
 
     async def predict(self, rows: list[list[float]]) -> list[float]:
         self.pending += 1
         try:
             await self.open.wait()
+            if self.slots is not None:
+                async with self.slots:
+                    await asyncio.sleep(self.service_s)
         finally:
             self.pending -= 1
         self.batches.append(len(rows))
@@ -219,7 +228,7 @@ async def grpc_server(model: FakeModel, port: int, host: str = "127.0.0.1") -> A
 
 
 async def main(args: argparse.Namespace) -> None:
-    model = FakeModel(args.models.split(","))
+    model = FakeModel(args.models.split(","), args.service_ms / 1000, args.slots)
     grpc = await grpc_server(model, args.grpc_port, args.host) if args.grpc_port else None
     config = uvicorn.Config(rest_app(model), host=args.host, port=args.rest_port, log_level="warning")
     server = uvicorn.Server(config)
@@ -236,4 +245,6 @@ if __name__ == "__main__":
     parser.add_argument("--host", default="127.0.0.1", help="address both ports bind to")
     parser.add_argument("--grpc-port", type=int, default=0)
     parser.add_argument("--models", default="fraud,digits")
+    parser.add_argument("--service-ms", type=float, default=0.0, help="each predict holds a slot this long")
+    parser.add_argument("--slots", type=int, default=0, help="predicts served at once (0: no limit)")
     asyncio.run(main(parser.parse_args()))

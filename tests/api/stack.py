@@ -59,10 +59,12 @@ class FakeServing:
         httpx.post(self.url + "/_fake/release", timeout=5).raise_for_status()
 
 
-def launch_fake(tmp: Path, name: str, rest_port: int | None = None, grpc_port: int = 0) -> FakeServing:
-    """Start fake serving without waiting for it (see `wait_ready`)."""
+def launch_fake(
+    tmp: Path, name: str, rest_port: int | None = None, grpc_port: int = 0, *extra: str
+) -> FakeServing:
+    """Start fake serving without waiting for it (see `wait_ready`); `extra`: more flags."""
     rest_port = rest_port or free_port()
-    args = [sys.executable, "-m", "tests.api.fake_serving", f"--rest-port={rest_port}"]
+    args = [sys.executable, "-m", "tests.api.fake_serving", f"--rest-port={rest_port}", *extra]
     if grpc_port:
         args.append(f"--grpc-port={grpc_port}")
     proc = Proc(args, tmp / f"{name}.log", env={"TF_CPP_MIN_LOG_LEVEL": "3"})
