@@ -26,6 +26,7 @@ from fastapi import FastAPI
 from api.cpu_budget import available_cpus
 from api.deadlines import Deadline
 from api.errors import install_error_handlers
+from api.in_flight import InFlightBoard
 from api.limits import Limits
 from api.middleware import RequestMiddleware
 from api.model_routes import ModelRoute
@@ -88,19 +89,23 @@ def create_app(
             # CPU-bound preprocessing (image decoding) runs in threads, at most one per
             # usable CPU at a time.
             cpu_limiter = anyio.CapacityLimiter(available_cpus())
-            async with observability.running(app):
-                for endpoint in endpoints:
-                    signature = endpoint.configured.signature
-                    served = ServedModel(
-                        client,
-                        model_name=signature.model_name,
-                        signature_name=signature.signature_name,
-                        version_ttl_s=settings.model_version_ttl_s,
-                        status_timeout_s=settings.serving_timeout_s,
-                        shedding=settings.deadline_shedding,
-                    )
-                    endpoint.bind(served, app.state.events, cpu_limiter)
-                yield
+            in_flight.claim()
+            try:
+                async with observability.running(app):
+                    for endpoint in endpoints:
+                        signature = endpoint.configured.signature
+                        served = ServedModel(
+                            client,
+                            model_name=signature.model_name,
+                            signature_name=signature.signature_name,
+                            version_ttl_s=settings.model_version_ttl_s,
+                            status_timeout_s=settings.serving_timeout_s,
+                            shedding=settings.deadline_shedding,
+                        )
+                        endpoint.bind(served, app.state.events, cpu_limiter)
+                    yield
+            finally:
+                in_flight.release()
 
     app = FastAPI(
         title="Model serving API",
@@ -112,8 +117,12 @@ def create_app(
     app.state.model_endpoints = endpoints
     install_error_handlers(app)
     observability = install_observability(app, settings)
+    # Made here, in gunicorn's master under preload, so every worker inherits the same shared
+    # memory; each worker takes its slot in the lifespan.
+    in_flight = InFlightBoard(settings.max_in_flight_requests)
     app.add_middleware(
         RequestMiddleware,
+        in_flight=in_flight,
         limits=Limits(
             max_in_flight=settings.max_in_flight_requests,
             request_timeout_s=settings.request_timeout_s,

@@ -3,8 +3,10 @@
 The rules, applied to every request by `api.middleware.RequestMiddleware` before any
 route runs, in this order, each answered in the API's error shape (`api.errors`):
 
-1. In flight: at most `MAX_IN_FLIGHT_REQUESTS` requests per worker are being handled;
-   one more is answered 503 `overloaded` with `Retry-After` at once. There is no queue:
+1. In flight: at most `MAX_IN_FLIGHT_REQUESTS` requests per worker are being handled,
+   counted over all the workers together (`api.in_flight`: a worker may take up to twice
+   its share while others have room); one more is answered 503 `overloaded` with
+   `Retry-After` at once. There is no queue:
    a request waits for nothing but its own work, so a burst costs a fast refusal rather
    than a growing backlog whose answers come too late anyway. Probes and metrics
    (`EXEMPT_PATHS`) are never refused nor counted.
@@ -40,7 +42,8 @@ class Limits:
     """One worker's admission limits.
 
     Attributes:
-        max_in_flight: requests handled concurrently at most (`MAX_IN_FLIGHT_REQUESTS`).
+        max_in_flight: each worker's share of the requests handled concurrently
+            (`MAX_IN_FLIGHT_REQUESTS`; `api.in_flight`).
         request_timeout_s: a request's time budget from arrival, seconds (`REQUEST_TIMEOUT_S`).
         max_body_bytes: largest body, bytes (`MAX_BODY_BYTES`).
         path_body_limits: other body limits for some paths (exact match), bytes: routes
@@ -57,10 +60,6 @@ class Limits:
     def body_limit(self, path: str) -> int:
         """Largest body accepted on `path`, bytes."""
         return self.path_body_limits.get(path, self.max_body_bytes)
-
-    def overloaded_detail(self) -> str:
-        """The 503 `overloaded` message."""
-        return f"this worker is at its limit of {self.max_in_flight} requests in flight"
 
     def time_budget(self, headers: Iterable[tuple[bytes, bytes]]) -> float:
         """The request's budget in seconds: `request_timeout_s`, lowered by `X-Request-Timeout-Ms`.

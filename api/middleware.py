@@ -42,6 +42,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.deadlines import Deadline
 from api.errors import RETRY_AFTER_S, error_response, response_for
+from api.in_flight import InFlightBoard
 from api.limits import BadTimeoutHeader, Limits, declared_length
 from api.logging_config import AccessLog
 from api.loop_monitor import LoopMonitor, route_of
@@ -114,6 +115,8 @@ class RequestMiddleware:
     Args:
         app: the ASGI app to wrap.
         limits: the worker's admission limits.
+        in_flight: the requests in flight of every worker (`api.in_flight`), against which
+            `limits.max_in_flight` (each worker's share) is applied.
         metrics: the app's `ApiMetrics`.
         loop_monitor: told which route each request task serves; None to skip.
         access_log: where the per-request JSON line goes.
@@ -124,13 +127,14 @@ class RequestMiddleware:
         app: ASGIApp,
         *,
         limits: Limits,
+        in_flight: InFlightBoard,
         metrics: ApiMetrics,
         loop_monitor: LoopMonitor | None,
         access_log: AccessLog,
     ) -> None:
         self.app = app
         self.limits = limits
-        self.in_flight = 0  # requests counted against `limits.max_in_flight`
+        self.in_flight = in_flight
         self._metrics = metrics
         self._monitor = loop_monitor
         self._access_log = access_log
@@ -213,7 +217,7 @@ class RequestMiddleware:
                 return message
 
             if counted:
-                self.in_flight += 1
+                self.in_flight.enter()
             try:
                 await self.app(scope, app_receive, send_out)
             except Exception as exc:
@@ -227,7 +231,7 @@ class RequestMiddleware:
                     await response_for(exc)(scope, receive, send_out)
             finally:
                 if counted:
-                    self.in_flight -= 1
+                    self.in_flight.leave()
             if cut is not None and not response_started:
                 ours = True
                 await error_response(*cut)(scope, receive, send_out)
@@ -245,8 +249,10 @@ class RequestMiddleware:
         """The answer to a request refused before the app runs (`api.limits`, in its order),
         or None; lowers `ctx.deadline` when the timeout header asks."""
         limits = self.limits
-        if counted and self.in_flight >= limits.max_in_flight:
-            return error_response(503, "overloaded", limits.overloaded_detail(), {"Retry-After": str(RETRY_AFTER_S)})
+        if counted and self.in_flight.full():
+            busy, limit = self.in_flight.totals()
+            detail = f"at the limit of requests in flight ({busy} of {limit}, {limits.max_in_flight} per worker)"
+            return error_response(503, "overloaded", detail, {"Retry-After": str(RETRY_AFTER_S)})
         try:
             budget = limits.time_budget(scope["headers"])
         except BadTimeoutHeader as exc:

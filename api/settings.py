@@ -123,7 +123,7 @@ class Settings(BaseSettings):
         default=None,
         ge=1,
         description="REST connection pool towards serving, per API process; default "
-        "MAX_IN_FLIGHT_REQUESTS (one connection per request in flight).",
+        "2 x MAX_IN_FLIGHT_REQUESTS (one connection per request a worker may hold in flight).",
     )
     serving_keepalive_expiry_s: float = Field(
         default=4.0,
@@ -233,8 +233,9 @@ class Settings(BaseSettings):
 
     @property
     def serving_pool_size(self) -> int:
-        """REST connections per API process: SERVING_MAX_CONNECTIONS or the in-flight limit."""
-        return self.serving_max_connections or self.max_in_flight_requests
+        """REST connections per API process: SERVING_MAX_CONNECTIONS, or the most requests one
+        worker may hold in flight (twice its share, `api.in_flight`)."""
+        return self.serving_max_connections or 2 * self.max_in_flight_requests
 
     def serving_client_config(self, probe_model_names: Sequence[str] = ()) -> ClientConfig:
         """The serving client's configuration (`api.serving_client.open_serving_client`).

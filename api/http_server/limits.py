@@ -18,11 +18,11 @@ HEADER_TIMEOUT_ENV: Final = "API_HEADER_TIMEOUT_S"
 MAX_HEADER_BYTES_ENV: Final = "API_MAX_HEADER_BYTES"
 
 # Descriptors a worker needs besides client connections: its pools to the serving replicas
-# (SERVING_MAX_CONNECTIONS each, 64 by default), the events file, prometheus-client's
-# multiprocess files, the event loop's own, logging. The connection cap is held this far
-# below the open-files limit, so accept() never fails with EMFILE (asyncio and uvloop then
-# stop accepting for a while and every new client waits, unanswered).
-FD_RESERVE: Final = 256
+# (SERVING_MAX_CONNECTIONS each, 128 by default: three replicas take 384), the events file,
+# prometheus-client's multiprocess files, the event loop's own, logging. The connection cap
+# is held this far below the open-files limit, so accept() never fails with EMFILE (asyncio
+# and uvloop then stop accepting for a while and every new client waits, unanswered).
+FD_RESERVE: Final = 512
 
 
 @dataclass(frozen=True, slots=True)

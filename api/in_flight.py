@@ -1,0 +1,131 @@
+"""Requests in flight across the workers of one gunicorn master, for the admission limit.
+
+Each worker has its own event loop and its own connections, and the kernel hands new
+connections to whichever worker accepts first: a burst can land mostly on one. A limit
+counted per worker then refuses requests while the other workers have room (measured with
+two workers of 64: the first 503 came at 111-121 requests in flight, not 128). So the
+count is shared: the app (built in the master under gunicorn's `preload_app`) maps one
+page of anonymous shared memory, inherited by every worker at fork, with one slot per
+worker (its pid and its count). A worker writes only its own slot; everyone reads all.
+
+A request is admitted while the total in flight is below `per_worker` times the number of
+live workers, and its own worker holds fewer than twice its share (so one event loop is
+never given every request). A worker claims a slot when its app starts, seen by the others
+at their next request; the slot of a worker that died is freed by the next look for dead
+ones (at most once a second).
+
+Without preload each worker builds its own app, sees only itself, and the limit is per
+worker, as it was.
+"""
+
+from __future__ import annotations
+
+import mmap
+import multiprocessing
+import os
+import time
+from typing import Final
+
+SLOTS: Final = 64  # workers per master at most
+REFRESH_S: Final = 1.0  # how often dead workers' slots are looked for
+
+
+class InFlightBoard:
+    """Shared counts of requests in flight, one slot per worker (see module doc).
+
+    Args:
+        per_worker: each worker's share of requests in flight (`MAX_IN_FLIGHT_REQUESTS`).
+    """
+
+    def __init__(self, per_worker: int) -> None:
+        self.per_worker = per_worker
+        # Anonymous and shared: forked workers see one memory. Words: the table's generation
+        # (bumped whenever a slot is taken or freed), then each slot's pid, then its count.
+        self._memory = mmap.mmap(-1, (1 + 2 * SLOTS) * 8, flags=mmap.MAP_SHARED)
+        words = memoryview(self._memory).cast("q")
+        self._generation = words[:1]
+        self._pids = words[1 : 1 + SLOTS]
+        self._counts = words[1 + SLOTS :]
+        self._lock = multiprocessing.get_context("fork").Lock()
+        self._slot = -1
+        self._owner = 0  # the pid that claimed `_slot` (a forked copy must claim its own)
+        self._live: list[int] = []
+        self._seen_generation = -1
+        self._looked_at = float("-inf")
+
+    def claim(self) -> None:
+        """Take a free slot for this process (at app start, in each worker)."""
+        pid = os.getpid()
+        with self._lock:
+            self._free_dead_slots()
+            free = [i for i in range(SLOTS) if self._pids[i] == 0]
+            if not free:
+                raise RuntimeError(f"more than {SLOTS} workers share one in-flight board")
+            self._slot = free[0]
+            self._pids[self._slot] = pid
+            self._counts[self._slot] = 0
+            self._generation[0] += 1
+        self._owner = pid
+        self._look(force=True)
+
+    def release(self) -> None:
+        """Give the slot back (at app shutdown)."""
+        if self._owner == os.getpid() and self._slot >= 0:
+            with self._lock:
+                self._counts[self._slot] = 0
+                self._pids[self._slot] = 0
+                self._generation[0] += 1
+            self._slot = -1
+
+    def full(self) -> bool:
+        """True when one more request must be refused."""
+        if self._owner != os.getpid():
+            self.claim()
+        self._look()
+        counts = self._counts
+        total = sum(counts[i] for i in self._live)
+        return total >= self.per_worker * len(self._live) or counts[self._slot] >= 2 * self.per_worker
+
+    def enter(self) -> None:
+        """One more request in flight in this worker."""
+        self._counts[self._slot] += 1
+
+    def leave(self) -> None:
+        """One request fewer in flight in this worker."""
+        self._counts[self._slot] -= 1
+
+    def totals(self) -> tuple[int, int]:
+        """(requests in flight in every live worker, the admission limit), for messages."""
+        self._look()
+        return sum(self._counts[i] for i in self._live), self.per_worker * len(self._live)
+
+    def _look(self, *, force: bool = False) -> None:
+        """Refresh the live slots: at once when a slot was taken or freed, and look for dead
+        workers at most once a `REFRESH_S`."""
+        now = time.monotonic()
+        dead_check = force or now - self._looked_at >= REFRESH_S
+        if dead_check or self._generation[0] != self._seen_generation:
+            with self._lock:
+                if dead_check:
+                    self._free_dead_slots()
+                    self._looked_at = now
+                self._live = [i for i in range(SLOTS) if self._pids[i] != 0]
+                self._seen_generation = self._generation[0]
+
+    def _free_dead_slots(self) -> None:
+        for i in range(SLOTS):
+            pid = self._pids[i]
+            if pid and not _alive(pid):
+                self._counts[i] = 0
+                self._pids[i] = 0
+                self._generation[0] += 1
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
