@@ -7,6 +7,8 @@ kill or count predicts; `expected_score` is what it answers for a transaction.
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -176,3 +178,21 @@ def run_load(
 
     asyncio.run(main())
     return run
+
+
+def run_load_with_a_replica_hung(
+    url: str, victim: FakeServing, bodies: Sequence[dict[str, Any]], *, after: int, concurrency: int
+) -> LoadRun:
+    """`run_load`, with `victim` SIGSTOPped once `after` answers are in and SIGCONTed at the end.
+
+    A stopped process's kernel still accepts connections and takes requests; nothing answers.
+    """
+
+    def hang(done: int) -> None:
+        if done == after:
+            os.kill(victim.proc.popen.pid, signal.SIGSTOP)
+
+    try:
+        return run_load(url, bodies, concurrency=concurrency, max_seconds=90, on_done=hang)
+    finally:
+        os.kill(victim.proc.popen.pid, signal.SIGCONT)

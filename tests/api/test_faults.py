@@ -22,6 +22,7 @@ from tests.api.stack import (
     FakeServing,
     expected_score,
     run_load,
+    run_load_with_a_replica_hung,
     start_api_process,
     start_fake,
     transactions,
@@ -116,17 +117,8 @@ def test_one_of_three_replicas_hung_under_load(tmp_path: Path, procs: list) -> N
         SERVING_ATTEMPT_TIMEOUT_S="0.3",
     )
     procs.append(api)
-    victim = replicas[1]
-
-    def hang_victim(done: int) -> None:
-        if done == 50:
-            os.kill(victim.proc.popen.pid, signal.SIGSTOP)
-
     bodies = transactions(400, seed=13)
-    try:
-        run = run_load(api.url + SCORE, bodies, concurrency=12, max_seconds=90, on_done=hang_victim)
-    finally:
-        os.kill(victim.proc.popen.pid, signal.SIGCONT)
+    run = run_load_with_a_replica_hung(api.url + SCORE, replicas[1], bodies, after=50, concurrency=12)
     assert run.statuses() == {200: len(bodies)}, [o.body for o in run.outcomes if o.status != 200][:3]
     assert max(o.elapsed_s for o in run.outcomes) < budget_s
     for outcome in run.outcomes:

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-import os
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,7 +24,16 @@ from api.examples.fraud.schemas import Transaction
 from api.serving_client import ModelSpec, PredictRequest, ServingNotFound, ServingTimeout, ServingUnavailable, Tensor
 from api.serving_client._grpc import GrpcTransport
 from tests.api.fake_serving import fake_score
-from tests.api.stack import FakeServing, launch_fake, run_load, start_api_process, start_fake, transactions, wait_ready
+from tests.api.stack import (
+    FakeServing,
+    launch_fake,
+    run_load,
+    run_load_with_a_replica_hung,
+    start_api_process,
+    start_fake,
+    transactions,
+    wait_ready,
+)
 from tests.support import free_port, http_ok, wait_until
 
 if importlib.util.find_spec("tensorflow_serving") is None:  # the official stubs, for the fake
@@ -171,17 +178,8 @@ def test_a_hung_grpc_replica_is_failed_over_within_the_budget(
         SERVING_ATTEMPT_TIMEOUT_S="0.3",
     )
     procs.append(api)
-    victim = grpc_replicas[1]
-
-    def hang_victim(done: int) -> None:
-        if done == 30:
-            os.kill(victim.proc.popen.pid, signal.SIGSTOP)
-
     bodies = transactions(200, seed=17)
-    try:
-        run = run_load(api.url + SCORE, bodies, concurrency=8, max_seconds=60, on_done=hang_victim)
-    finally:
-        os.kill(victim.proc.popen.pid, signal.SIGCONT)
+    run = run_load_with_a_replica_hung(api.url + SCORE, grpc_replicas[1], bodies, after=30, concurrency=8)
     assert run.statuses() == {200: len(bodies)}, [o.body for o in run.outcomes if o.status != 200][:3]
     assert max(o.elapsed_s for o in run.outcomes) < budget_s
 

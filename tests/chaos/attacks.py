@@ -24,15 +24,23 @@ from collections import Counter
 HOST = "127.0.0.1"
 
 
+async def _connect(port: int, counts: Counter[str]) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+    """A new connection, or None (counted, after a short pause) when it cannot be made."""
+    try:
+        reader, writer = await asyncio.open_connection(HOST, port)
+    except OSError:
+        counts["connect_failed"] += 1
+        await asyncio.sleep(0.2)
+        return None
+    counts["connected"] += 1
+    return reader, writer
+
+
 async def _idle(port: int, stop_at: float, counts: Counter[str]) -> None:
     while time.monotonic() < stop_at:
-        try:
-            reader, writer = await asyncio.open_connection(HOST, port)
-        except OSError:
-            counts["connect_failed"] += 1
-            await asyncio.sleep(0.2)
+        if (conn := await _connect(port, counts)) is None:
             continue
-        counts["connected"] += 1
+        reader, writer = conn
         try:
             async with asyncio.timeout(max(0.0, stop_at - time.monotonic())):
                 await reader.read(1)  # EOF (or a reset) when the server closes it
@@ -48,13 +56,9 @@ async def _idle(port: int, stop_at: float, counts: Counter[str]) -> None:
 async def _slow(port: int, stop_at: float, counts: Counter[str]) -> None:
     head = b"POST /v1/fraud/score HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Pad: " + b"a" * 4096
     while time.monotonic() < stop_at:
-        try:
-            reader, writer = await asyncio.open_connection(HOST, port)
-        except OSError:
-            counts["connect_failed"] += 1
-            await asyncio.sleep(0.2)
+        if (conn := await _connect(port, counts)) is None:
             continue
-        counts["connected"] += 1
+        reader, writer = conn
         try:
             for byte in head:
                 if time.monotonic() >= stop_at:
@@ -77,12 +81,9 @@ async def _slow(port: int, stop_at: float, counts: Counter[str]) -> None:
 async def _huge(port: int, stop_at: float, counts: Counter[str], header_mb: int) -> None:
     big = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (header_mb << 20) + b"\r\n\r\n"
     while time.monotonic() < stop_at:
-        try:
-            reader, writer = await asyncio.open_connection(HOST, port)
-        except OSError:
-            counts["connect_failed"] += 1
-            await asyncio.sleep(0.2)
+        if (conn := await _connect(port, counts)) is None:
             continue
+        reader, writer = conn
         try:
             writer.write(big)
             async with asyncio.timeout(10):
