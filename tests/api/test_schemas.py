@@ -52,7 +52,8 @@ def with_field(path: tuple[str, ...], value: object) -> dict[str, Any]:
         (("device", "is_new"), "yes", "bool_type"),
         (("device", "is_new"), 1, "bool_type"),
         (("user_history", "txn_count_24h"), "3", "int_type"),
-        (("user_history", "txn_count_24h"), 3.0, "int_type"),
+        (("user_history", "txn_count_24h"), 3.5, "int_from_float"),
+        (("user_history", "account_age_days"), True, "int_type"),
         (("user_history", "avg_amount_30d"), "80", "float_type"),
         (("location", "lat"), "40.7", "float_type"),
         (("timestamp",), 1764424980, "datetime_type"),
@@ -75,6 +76,7 @@ def test_a_value_of_another_json_type_is_422_naming_the_field(
     [
         ((), None),  # the example as it is
         (("amount",), 130),  # JSON has one number type: an integer is a number
+        (("user_history", "txn_count_24h"), 3.0),  # and 3.0 an integer, as JSON Schema counts them
         (("location", "lat"), 41),
         (("timestamp",), "2026-11-29T14:03:00.250-05:00"),
     ],

@@ -45,9 +45,9 @@ class _Strict(BaseModel):
 
     Strict (pydantic's strict mode): each field takes only its own JSON type. A number
     field takes a JSON number (an integer too: JSON has one number type), never `true`
-    or a string such as `"129.99"`; an integer field an integral JSON number without a
-    fraction (`3`, not `3.0` or `"3"`); a boolean `true` or `false`, never `"yes"` or
-    `1`; a string field a string. A scoring API must not guess what a malformed
+    or a string such as `"129.99"`; an integer field an integral JSON number (`3`, or `3.0`
+    as JSON Schema counts integers; not `3.5`, `"3"` or `true`); a boolean `true` or
+    `false`, never `"yes"` or `1`; a string field a string. A scoring API must not guess what a malformed
     request meant: a score of `"amount": true` read as 1.0 would be a wrong answer.
     """
 
@@ -67,6 +67,19 @@ def _iso_8601_text(value: object) -> object:
             "datetime_type", "Input should be an ISO 8601 date and time with a UTC offset, as a string"
         )
     return value
+
+
+def _json_number(value: object) -> object:
+    """Only a JSON number (an int or a float, not a bool or a string): lax int then takes an
+    integral float, as JSON Schema's `integer` does, and refuses a fraction."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise PydanticCustomError("int_type", "Input should be a valid integer")
+    return value
+
+
+# An integer as JSON Schema (and so the published OpenAPI schema) defines it: a number with
+# no fraction, 3 or 3.0.
+Count = Annotated[int, Field(strict=False), BeforeValidator(_json_number)]
 
 
 # FastAPI validates the parsed JSON in pydantic's Python mode, where a strict datetime takes
@@ -92,14 +105,14 @@ class Device(_Strict):
 class UserHistory(_Strict):
     """Aggregates over the user's past activity, computed upstream."""
 
-    txn_count_24h: int = Field(ge=0, le=100_000, description="Transactions in the last 24 hours.")
+    txn_count_24h: Count = Field(ge=0, le=100_000, description="Transactions in the last 24 hours.")
     avg_amount_30d: float = Field(
         ge=0.0, le=1e9, description="Average transaction amount over 30 days, same currency."
     )
     last_location: Location | None = Field(
         default=None, description="Where the previous transaction was made; null if none."
     )
-    account_age_days: int = Field(ge=0, le=36_500, description="Days since the account opened.")
+    account_age_days: Count = Field(ge=0, le=36_500, description="Days since the account opened.")
 
 
 class Transaction(_Strict):
