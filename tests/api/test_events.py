@@ -215,7 +215,7 @@ def test_a_batch_cut_short_by_a_full_disk_leaves_no_partial_line_and_the_counter
     data = path.read_bytes()
     assert data.endswith(b"\n")
     rows = [json.loads(line) for line in data.splitlines()]  # every line is a whole event
-    assert [r["transaction_id"] for r in rows] == [f"t-{i}" for i in [*range(40), *range(60, 65)]]
+    assert [r["input_id"] for r in rows] == [f"t-{i}" for i in [*range(40), *range(60, 65)]]
     assert counts["written"] == len(rows) == 45
     assert counts["dropped_sink_error"] == 20
 
@@ -231,8 +231,8 @@ async def test_a_renamed_or_removed_file_is_replaced_at_its_path(tmp_path: Path)
     path.unlink()
     await sink.write([event(2)])
     await sink.aclose()
-    assert [json.loads(x)["transaction_id"] for x in (tmp_path / "events.jsonl.1").read_text().splitlines()] == ["t-0"]
-    assert [json.loads(x)["transaction_id"] for x in path.read_text().splitlines()] == ["t-2"]
+    assert [json.loads(x)["input_id"] for x in (tmp_path / "events.jsonl.1").read_text().splitlines()] == ["t-0"]
+    assert [json.loads(x)["input_id"] for x in path.read_text().splitlines()] == ["t-2"]
 
 
 @pytest.mark.anyio
