@@ -79,6 +79,7 @@ class Outcome:
             self.broken.append(what)
 
     def expect_defaults(self, min_within: float = MIN_WITHIN_BUDGET) -> None:
+        self.expect(self.load.sent > 0, "the load ran")
         self.expect(self.load.lost == 0, "nothing lost")
         self.expect(self.restarted == 0, "no worker restarted")
         share = self.load.within_budget / max(1, self.load.sent)
@@ -225,6 +226,7 @@ def replicas_faults(tmp: Path, names: list[str], rate: float, seconds: float) ->
             code = api.proc.popen.wait(30)
             refused = outcome.load.outcomes["refused"] + outcome.load.outcomes["connect_timeout"]
             outcome.notes.append(f"master exit status {code}; {refused} refused after the listener closed")
+            outcome.expect(outcome.load.sent > 0, "the load ran")
             outcome.expect(code == 0, "gunicorn exits 0")
             outcome.expect(outcome.load.lost == 0, "nothing lost")
             answered = outcome.load.sent - refused
@@ -359,6 +361,7 @@ def one_container(tmp: Path, rate: float, seconds: float) -> Outcome:
         log = proc.log_path.read_text()
         restarts = log.count("restarting it in")
         outcome.notes.append(f"serving SIGKILLed; restarted {restarts} time(s); API ready again: {recovered}")
+        outcome.expect(outcome.load.sent > 0, "the load ran")
         outcome.expect(outcome.load.lost == 0, "nothing lost")
         outcome.expect(outcome.restarted == 0, "no worker restarted")
         # Restarting serving costs the container's CPU (TensorFlow's import, the model's

@@ -91,7 +91,8 @@ class OpenLoopLoad:
         self.poisson_seed = poisson_seed
         self.result = LoadResult()
         self.started = threading.Event()
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
 
     def __enter__(self) -> OpenLoopLoad:
         self._thread.start()
@@ -102,14 +103,27 @@ class OpenLoopLoad:
         self.join()
 
     def join(self) -> LoadResult:
-        """Wait until every request has its outcome."""
+        """Wait until every request has its outcome.
+
+        Raises:
+            RuntimeError: the load itself failed (not a request: those are outcomes).
+        """
         self._thread.join(self.seconds + self.budget_s + 30)
+        if self._error is not None:
+            raise RuntimeError("the load generator failed") from self._error
         return self.result
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._main())
+        except BaseException as exc:  # handed to join(), in the caller's thread
+            self._error = exc
+            self.started.set()
 
     async def _main(self) -> None:
         limits = httpx.Limits(max_connections=self.connections, max_keepalive_connections=self.keepalive)
         # Long enough that only a hang trips it; the pool wait counts against the budget.
-        timeout = httpx.Timeout(max(self.budget_s, *self.budgets_s) + 4.0, pool=self.seconds + 10.0)
+        timeout = httpx.Timeout(max((self.budget_s, *self.budgets_s)) + 4.0, pool=self.seconds + 10.0)
         async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
             tasks = []
             start = time.monotonic()
