@@ -186,20 +186,14 @@ def serving_pid_of(run_server_pid: int) -> int:
 
 
 def test_serving_is_restarted_while_the_api_answers_503_and_gives_up_after_repeated_exits(tmp_path: Path) -> None:
-    api_port, rest_port, grpc_port = free_port(), free_port(), free_port()
-    env = {
-        "MODELS_DIR": str(REPO / "models"),
-        "PYTHON": sys.executable,
-        "API_PORT": str(api_port),
-        "API_HOST": "127.0.0.1",
-        "REST_API_PORT": str(rest_port),
-        "GRPC_PORT": str(grpc_port),
-        "WEB_CONCURRENCY": "1",
-        "SERVING_MAX_RESTARTS": "1",
-        "REQUEST_TIMEOUT_S": "1",
+    env = run_server_env(
+        SERVING_MAX_RESTARTS="1",
+        REQUEST_TIMEOUT_S="1",
         # The API's, not yet made (gunicorn.conf.py makes it): the model server must not use it.
-        "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "prometheus"),
-    }
+        PROMETHEUS_MULTIPROC_DIR=str(tmp_path / "prometheus"),
+        SERVING_ARGS="",  # serving's bind address is run-server.sh's choice here
+    )
+    api_port, rest_port, grpc_port = (int(env[k]) for k in ("API_PORT", "REST_API_PORT", "GRPC_PORT"))
     proc = Proc(["bash", str(REPO / "run-server.sh")], tmp_path / "run-server.log", env=env)
     api = f"http://127.0.0.1:{api_port}"
     body = (REPO / "examples" / "transaction.json").read_bytes()
