@@ -47,14 +47,19 @@ def model_version(path: Path) -> int:
     return int(path.name)
 
 
-def to_response(transaction: Transaction, score: float, version: int) -> FraudScore:
+def model_info(path: Path) -> ModelInfo:
+    """The answer's `model` for a servable version directory (`.../fraud/1` -> fraud, 1)."""
+    return ModelInfo(name=path.parent.name, version=model_version(path))
+
+
+def to_response(transaction: Transaction, score: float, model: ModelInfo) -> FraudScore:
     """The API's answer for one scored transaction; `score` is clipped to 0..1."""
     value = min(1.0, max(0.0, score))
     return FraudScore(
         transaction_id=transaction.transaction_id,
         fraud_score=value,
         is_fraud=value >= THRESHOLD,
-        model=ModelInfo(name=MODEL_NAME, version=version),
+        model=model,
     )
 
 
