@@ -4,6 +4,7 @@
     python -m bench --full                  # full plan: every variant, longer steps (make bench-full)
     python -m bench --workload fraud --setups tuned,split,split-coalescing
     python -m bench --slo-ms 50             # another latency bound (default 25 ms)
+    python -m bench --workload fraud --setups tuned,split --variant SERVING_ARGS=--enable_batching
     python -m bench --profile               # also profile the headline split with py-spy
 
 Starts every setup itself on 127.0.0.1 (see bench.setups), drives it with the open-loop
@@ -32,7 +33,7 @@ from bench.plan import FULL, QUICK, Plan
 from bench.processes import REPO
 from bench.report import goals_table, slo_table, write_outputs
 from bench.runner import Environment, Job, Runner
-from bench.setups import Setup, all_setups
+from bench.setups import Setup, all_setups, custom_variant
 from bench.workload import FRAUD, WORKLOADS, Workload, body_pool, write_body_pool
 
 #: What each plan runs per workload by default (--setups overrides).
@@ -74,6 +75,11 @@ def _parser() -> argparse.ArgumentParser:
         help="comma-separated setup names for every workload (default: the plan's); see --list",
     )
     parser.add_argument("--slo-ms", type=float, help="the p99 bound in ms (default 25)")
+    parser.add_argument(
+        "--variant", action="append", default=[], metavar="NAME=VALUE[,NAME=VALUE]",
+        help="also run the split with these run-server.sh settings (repeatable), e.g. "
+        "--variant SERVING_ARGS=--enable_batching; named split+NAME=VALUE",
+    )
     parser.add_argument("--list", action="store_true", help="list the setups and exit")
     parser.add_argument("--server-cpus", type=_cpu_list, help="CPUs for the servers, e.g. 0 or 0-2")
     parser.add_argument("--load-cpus", type=_cpu_list, help="CPUs for the load generator, e.g. 3")
@@ -115,11 +121,13 @@ def _meta(mode: str, server: tuple[int, ...], load: tuple[int, ...]) -> dict[str
 
 
 def jobs_for(
-    plan: Plan, workloads: Sequence[Workload], setups: Sequence[Setup], wanted: Sequence[str]
+    plan: Plan, workloads: Sequence[Workload], setups: Sequence[Setup], wanted: Sequence[str],
+    also: Sequence[str] = (),
 ) -> list[Job]:
     """The (workload, setup) jobs of a run, in run order (tuned before the splits: their
-    targets compare at tuned's SLO-RPS). Memory is measured for the first workload only:
-    the headline split, naive, tuned and ceiling (every split variant in the full plan)."""
+    targets compare at tuned's SLO-RPS): `wanted`, else the plan's, and `also` (--variant).
+    Memory is measured for the first workload only: the headline split, naive, tuned and
+    ceiling (every split variant in the full plan)."""
     jobs = []
     for i, workload in enumerate(workloads):
         if wanted:
@@ -128,6 +136,7 @@ def jobs_for(
             names = {s.name for s in setups}
         else:
             names = set(QUICK_SETUPS.get(workload.name, QUICK_SETUPS[FRAUD.name]))
+        names |= set(also)
         for setup in setups:
             if setup.name in names:
                 memory = i == 0 and (setup.column != "split" or setup.headline or plan.memory_variants)
@@ -148,6 +157,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{w.name:24} {w.description}")
         return 0
     wanted = [name.strip() for name in args.setups.split(",") if name.strip()]
+    try:
+        variants = [custom_variant(dict(item.split("=", 1) for item in spec.split(",")))
+                    for spec in args.variant]
+    except ValueError as exc:
+        print(f"python -m bench: --variant: {exc} (NAME=VALUE[,NAME=VALUE])", file=sys.stderr)
+        return 2
+    setups += variants
     unknown = set(wanted) - {s.name for s in setups}
     if unknown:
         print(f"python -m bench: unknown setups {sorted(unknown)}; see --list", file=sys.stderr)
@@ -169,7 +185,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     plan = FULL if args.full else QUICK
     if args.slo_ms is not None:
         plan = replace(plan, slo_ms=args.slo_ms)
-    jobs = jobs_for(plan, [WORKLOADS[n] for n in names], setups, wanted)
+    jobs = jobs_for(plan, [WORKLOADS[n] for n in names], setups, wanted,
+                    also=[v.name for v in variants])
     run_dir = args.out / datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     run_dir.mkdir(parents=True, exist_ok=True)
     pool = write_body_pool(run_dir / "bodies.jsonl")

@@ -67,11 +67,11 @@ class OpenLoopResult:
     errors: Errors
     latency: LatencySummary | None
     generator_lag_p99_ms: float  # how late the generator itself sent (free connection)
-    schedule_kept: bool  # every arrival sent, on time
     stopped_early: str  # why the run stopped before its end ("" when it did not)
     unanswered: int  # after an early stop: still due or in flight then
     most_connections: int
     load_cpu_cores: float  # the generator's CPU, in cores
+    load_busy_cores: float  # the same without its non-blocking polls before an arrival
     notes: list[str] = field(default_factory=list)
 
 
@@ -132,11 +132,11 @@ def open_loop_result(raw: dict[str, Any]) -> OpenLoopResult:
         errors=Errors(**raw["errors"]),
         latency=_latency(raw["latency"]),
         generator_lag_p99_ms=raw["generator_lag_p99_ms"],
-        schedule_kept=raw["schedule_kept"],
         stopped_early=raw["stopped_early"],
         unanswered=raw["unanswered"],
         most_connections=raw["most_connections"],
         load_cpu_cores=raw["cpu_cores"],
+        load_busy_cores=raw["busy_cores"],
     )
 
 

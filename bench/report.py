@@ -90,11 +90,13 @@ def curve_table(results: BenchResults) -> str:
                 "yes" if p.passed else f"no: {p.verdict}"
                 + (f" (stopped early: {p.stopped_early}; lower bounds)" if p.stopped_early else ""),
                 _num(cpu.setup_cores, 2) if cpu else "–",
+                _num(p.generator_busy_cores, 2),
                 _num(cpu.other_cores, 2) if cpu else "–",
             ])
     return _table(
         ["Workload", "Setup", "Offered RPS", "Achieved RPS", "p50", "p99", "p99.9", "max",
-         "Errors", "Phase", "Meets SLO", "Setup CPU (cores)", "Other CPU (cores)"],
+         "Errors", "Phase", "Meets SLO", "Setup CPU (cores)", "Generator CPU, busy (cores)",
+         "Other CPU (cores)"],
         rows,
     )
 

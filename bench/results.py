@@ -28,7 +28,7 @@ RECORD_KEYS = (
 CURVE_KEYS = (
     "offered_rps", "achieved_rps", "p50_ms", "p99_ms", "p999_ms", "max_ms", "errors",
     "phase", "passed", "verdict", "duration_s", "requests", "schedule_kept", "stopped_early",
-    "generator_lag_p99_ms", "cpu",
+    "generator_lag_p99_ms", "generator_busy_cores", "cpu",
 )
 #: A curve point "at" a rate is within this share of it.
 RATE_MATCH = 0.01
@@ -63,11 +63,13 @@ class CurvePoint:
     schedule_kept: bool
     stopped_early: str  # why the step stopped early; its percentiles are then lower bounds
     generator_lag_p99_ms: float
+    generator_busy_cores: float  # the generator's CPU without its polls before arrivals
     cpu: CpuUse | None = None
 
     @classmethod
     def from_run(
-        cls, run: OpenLoopResult, *, phase: str, passed: bool, verdict: str, cpu: CpuUse | None
+        cls, run: OpenLoopResult, *, phase: str, passed: bool, verdict: str, schedule_kept: bool,
+        cpu: CpuUse | None,
     ) -> CurvePoint:
         """The point for one `bench.load.run_open_loop` result."""
         lat = run.latency
@@ -84,9 +86,10 @@ class CurvePoint:
             verdict=verdict,
             duration_s=run.duration_s,
             requests=run.planned,
-            schedule_kept=run.schedule_kept,
+            schedule_kept=schedule_kept,
             stopped_early=run.stopped_early,
             generator_lag_p99_ms=run.generator_lag_p99_ms,
+            generator_busy_cores=run.load_busy_cores,
             cpu=cpu,
         )
 

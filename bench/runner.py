@@ -41,7 +41,7 @@ from bench.processes import SetupError
 from bench.procfs import CLK_TCK, CpuMeter, tree_cpu_ticks
 from bench.results import BenchResults, CpuUse, CurvePoint, MemoryRun, SetupResult
 from bench.setups import NotAvailable, RunningSetup, Setup, start
-from bench.slo import SloSearch, judge
+from bench.slo import SloSearch, judge, schedule_kept
 from bench.workload import Workload
 
 T = TypeVar("T", ClosedLoopResult, OpenLoopResult)
@@ -183,12 +183,12 @@ class Runner:
             ),
         )
         lat = run.latency
-        verdict = judge(
-            p99_ms=lat.p99_ms if lat else None, errors=run.errors.total,
-            schedule_kept=run.schedule_kept, slo_ms=plan.slo_ms,
-        )
+        kept = schedule_kept(planned=run.planned, sent=run.sent,
+                             generator_lag_p99_ms=run.generator_lag_p99_ms, slo_ms=plan.slo_ms)
+        verdict = judge(p99_ms=lat.p99_ms if lat else None, errors=run.errors.total,
+                        schedule_kept=kept, slo_ms=plan.slo_ms)
         point = CurvePoint.from_run(run, phase=phase, passed=verdict.passed,
-                                    verdict=verdict.reason, cpu=cpu)
+                                    verdict=verdict.reason, schedule_kept=kept, cpu=cpu)
         shown = (f"p50 {lat.p50_ms:.1f} p99 {lat.p99_ms:.1f} max {lat.max_ms:.1f} ms"
                  if lat else "no answers")
         self.say(

@@ -11,8 +11,9 @@
 `split` is the product's default, the one the headline measures: exactly what
 `run-server.sh` (and `make run`) starts without extra settings, which sizes both tiers from
 the CPUs it may use (see `api.cpu_budget.one_container_budget`). The benchmark only gives it
-free ports, loopback, a score-event file in the run folder and, for another workload, that
-workload's model under the fraud route (`FRAUD_MODEL_NAME`). Variants set one more API
+free ports, loopback, a score-event file in the run folder and a model config naming the
+workload's model alone (the in-process setups load that one model too), under the fraud
+route (`FRAUD_MODEL_NAME` for a model not named fraud). Variants set one more API
 setting each (coalescing, gRPC towards serving); `split_variants` reads `api.settings` at run
 time and says which the API cannot express.
 
@@ -23,6 +24,7 @@ its own CPU.
 
 from __future__ import annotations
 
+import re
 import sys
 import types
 import typing
@@ -204,6 +206,28 @@ def split_variants(fields: Mapping[str, Any]) -> list[Setup]:
     return variants
 
 
+def custom_variant(settings: Mapping[str, str]) -> Setup:
+    """A split variant with `settings` (environment variables of run-server.sh: API settings,
+    `SERVING_ARGS`, `WEB_CONCURRENCY`...) set, named after them: `split+NAME=VALUE,...`.
+
+    Raises:
+        ValueError: no settings, or a name that is not an environment variable name.
+    """
+    if not settings:
+        raise ValueError("a variant needs at least one NAME=VALUE setting")
+    for name in settings:
+        if not name.replace("_", "").isalnum() or not name[0].isalpha():
+            raise ValueError(f"not an environment variable name: {name!r}")
+    changed = ",".join(f"{k}={v}" for k, v in settings.items())
+    return Setup(
+        name=f"split+{changed}",
+        column="split",
+        description=f"the split with {changed} (a variant)",
+        kind="split",
+        env=dict(settings),
+    )
+
+
 def api_settings_fields() -> Mapping[str, Any]:
     """`api.settings.Settings.model_fields` of the API in this checkout."""
     from api.settings import Settings
@@ -335,8 +359,8 @@ def split_environment(
     tag: str,
 ) -> dict[str, str]:
     """What the benchmark sets for `run-server.sh` beyond the setup's own settings: ports
-    on loopback, the interpreter, the score-event file and the workload's model. Nothing
-    that sizes or tunes either tier."""
+    on loopback, the interpreter, the score-event file and a model config with the
+    workload's model. Nothing that sizes or tunes either tier."""
     env = {
         **_BASE_ENV,
         "PYTHON": sys.executable,
@@ -346,16 +370,18 @@ def split_environment(
         "GRPC_PORT": str(grpc_port),
         "EVENTS_JSONL_PATH": str(run_dir / f"{tag}-score-events.jsonl"),
     }
-    if workload == FRAUD:
-        # The product's own config (fraud and digits), as `make run` starts it.
-        env["MODELS_DIR"] = str(REPO / "models")
-    else:
-        config = run_dir / f"models-{workload.model_name}.config"
-        config.write_text(
-            f'model_config_list {{ config {{ name: "{workload.model_name}" '
-            f'base_path: "{workload.base_path}" model_platform: "tensorflow" }} }}\n'
-        )
-        env["MODEL_CONFIG_FILE"] = str(config)
+    # The workload's model alone, in models.config's format (run-server.sh reads the names
+    # line by line), as the in-process setups load it: the product's models.config would add
+    # the digits CNN and its memory to the split's total only.
+    config = run_dir / f"models-{workload.model_name}.config"
+    config.write_text(
+        "model_config_list {\n  config {\n"
+        f'    name: "{workload.model_name}"\n'
+        f'    base_path: "{workload.base_path}"\n'
+        '    model_platform: "tensorflow"\n  }\n}\n'
+    )
+    env["MODEL_CONFIG_FILE"] = str(config)
+    if workload.model_name != FRAUD.model_name:
         env[FRAUD_MODEL_ENV] = workload.model_name
     return env
 
@@ -365,7 +391,10 @@ def _start_split(
     run_dir: Path, probe: bytes,
 ) -> RunningSetup:
     api_port = free_port()
-    tag = f"{workload.name}-{setup.name}" + (f"-w{workers}" if workers else "")
+    # A file name: a custom variant's name may hold any character its settings do.
+    tag = re.sub(r"[^\w.+=-]", "_", f"{workload.name}-{setup.name}") + (
+        f"-w{workers}" if workers else ""
+    )
     env = split_environment(
         workload, api_port=api_port, rest_port=free_port(), grpc_port=free_port(),
         run_dir=run_dir, tag=tag,

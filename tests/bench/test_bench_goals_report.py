@@ -33,7 +33,8 @@ def point(rate: float, p50: float, p99: float, *, phase: str = "sweep", slo_ms: 
         offered_rps=rate, achieved_rps=rate, p50_ms=p50, p99_ms=p99, p999_ms=p99 * 1.2,
         max_ms=p99 * 1.5, errors=errors, phase=phase, passed=passed,
         verdict="" if passed else "p99 over", duration_s=2.5, requests=int(rate * 2.5),
-        schedule_kept=True, stopped_early=stopped, generator_lag_p99_ms=0.01, cpu=cpu,
+        schedule_kept=True, stopped_early=stopped, generator_lag_p99_ms=0.01,
+        generator_busy_cores=0.05, cpu=cpu,
     )
 
 

@@ -139,7 +139,7 @@ def test_a_run_that_cannot_meet_the_slo_stops_early(pool: Path) -> None:
     finally:
         slow.stop()
     assert run.stopped_early == "p99 above the SLO"
-    assert not run.schedule_kept
+    assert run.sent < run.planned or run.unanswered > 0
     assert run.sent < 400  # well before the 5 s timetable's ~500 arrivals
     assert run.latency is not None and run.latency.p99_ms > 25.0
 

@@ -12,9 +12,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.schemas import Transaction
-from bench.__main__ import default_pinning
+from bench.__main__ import default_pinning, jobs_for
 from bench.apps import ceiling
-from bench.setups import all_setups, split_environment, split_variants
+from bench.plan import QUICK
+from bench.setups import all_setups, custom_variant, split_environment, split_variants
 from bench.workload import FRAUD, FRAUD_TRANSFORMER, WORKLOADS, body_pool
 
 
@@ -70,9 +71,10 @@ def test_the_api_in_this_checkout() -> None:
 
 def test_the_split_is_started_by_run_server_with_only_ports_and_files_set(tmp_path: Path) -> None:
     env = split_environment(FRAUD, api_port=1, rest_port=2, grpc_port=3, run_dir=tmp_path, tag="t")
-    assert env["MODELS_DIR"].endswith("/models")  # the product's models.config, as make run
+    config = Path(env["MODEL_CONFIG_FILE"]).read_text()
+    assert '    name: "fraud"\n' in config and "digits" not in config  # the model tuned loads
     sizing = {"WEB_CONCURRENCY", "SERVING_ARGS", "OMP_NUM_THREADS", "COALESCING_ENABLED",
-              "SERVING_PROTOCOL", "MODEL_CONFIG_FILE", "FRAUD_MODEL_NAME"}
+              "SERVING_PROTOCOL", "FRAUD_MODEL_NAME"}
     assert not sizing & env.keys()
     assert (env["API_PORT"], env["REST_API_PORT"], env["GRPC_PORT"]) == ("1", "2", "3")
     assert env["API_HOST"] == "127.0.0.1"
@@ -83,9 +85,8 @@ def test_another_workload_is_served_under_the_fraud_route(tmp_path: Path) -> Non
                             run_dir=tmp_path, tag="t")
     assert env["FRAUD_MODEL_NAME"] == "fraud_transformer"
     config = Path(env["MODEL_CONFIG_FILE"]).read_text()
-    assert 'name: "fraud_transformer"' in config
+    assert '    name: "fraud_transformer"\n' in config  # on its own line: run-server.sh reads it so
     assert f'base_path: "{FRAUD_TRANSFORMER.base_path}"' in config
-    assert "MODELS_DIR" not in env
 
 
 def test_workloads_share_the_fraud_signature_and_have_a_version() -> None:
@@ -127,3 +128,24 @@ def test_ceiling_app_validates_and_echoes_the_id() -> None:
         bad = client.post("/v1/fraud/score", json={**body, "currency": "XXX"})
         assert bad.status_code == 422
         assert bad.json()["detail"][0]["loc"] == ["body", "currency"]
+
+
+def test_jobs_of_the_quick_plan_and_a_custom_variant() -> None:
+    setups = [*all_setups(), custom_variant({"SERVING_ARGS": "--enable_batching"})]
+    jobs = jobs_for(QUICK, [FRAUD, FRAUD_TRANSFORMER], setups, [],
+                    also=["split+SERVING_ARGS=--enable_batching"])
+    names = [(j.workload.name, j.setup.name) for j in jobs]
+    assert names == [
+        ("fraud", "ceiling"), ("fraud", "naive"), ("fraud", "tuned"), ("fraud", "split"),
+        ("fraud", "split+SERVING_ARGS=--enable_batching"),
+        ("fraud-transformer", "tuned"), ("fraud-transformer", "split"),
+        ("fraud-transformer", "split+SERVING_ARGS=--enable_batching"),
+    ]
+    assert [j.setup.name for j in jobs if j.memory] == ["ceiling", "naive", "tuned", "split"]
+    assert setups[-1].env == {"SERVING_ARGS": "--enable_batching"} and not setups[-1].headline
+
+
+@pytest.mark.parametrize("settings", [{}, {"NOT-A-NAME": "1"}, {"1X": "1"}])
+def test_custom_variants_need_environment_names(settings: dict[str, str]) -> None:
+    with pytest.raises(ValueError):
+        custom_variant(settings)

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from bench.plan import FULL, QUICK
-from bench.slo import SloSearch, judge
+from bench.slo import SloSearch, judge, schedule_kept
 
 SLO_MS = 25.0
 
@@ -45,6 +45,15 @@ LADDER = [100.0, 250.0, 450.0, 650.0, 850.0, 1050.0, 1300.0]
 def test_pass_rule(p99_ms: float | None, errors: int, kept: bool, passed: bool, reason: str) -> None:
     verdict = judge(p99_ms=p99_ms, errors=errors, schedule_kept=kept, slo_ms=SLO_MS)
     assert (verdict.passed, verdict.reason) == (passed, reason)
+
+
+@pytest.mark.parametrize(
+    ("planned", "sent", "lag_ms", "kept"),
+    [(100, 100, 0.01, True), (100, 100, 2.5, True), (100, 100, 2.6, False), (100, 99, 0.0, False)],
+)
+def test_schedule_kept(planned: int, sent: int, lag_ms: float, kept: bool) -> None:
+    assert schedule_kept(planned=planned, sent=sent, generator_lag_p99_ms=lag_ms,
+                         slo_ms=SLO_MS) is kept
 
 
 @pytest.mark.parametrize(
