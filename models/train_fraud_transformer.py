@@ -19,7 +19,7 @@ few weights: one row runs 24 blocks of small ops, each paying TensorFlow's per-o
 best of 7 rounds on a shared 2-core AMD EPYC): 2.5 ms for one row, 0.49 ms per row in a
 batch of 8, 0.41 ms per row in a batch of 32 -- the case server-side batching is for.
 
-The export freezes the weights into the graph (`models.export.export_frozen_servable`):
+The export freezes the weights into the graph (`models.export.export_servable(frozen=True)`):
 1.9 MiB, where Keras' own export of this model wrote 5.2 MiB.
 
 Signature `serving_default` (stable, the fraud model's):
@@ -32,7 +32,6 @@ decimal; weights may differ in the last bits across CPUs).
 
 from __future__ import annotations
 
-import argparse
 import os
 from pathlib import Path
 
@@ -43,8 +42,14 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from api.features import N_FEATURES  # noqa: E402
-from models.export import export_frozen_servable, write_warmup  # noqa: E402
-from models.train_fraud import INPUT_NAME, OUTPUT_NAME, SIGNATURE, dataset  # noqa: E402
+from models.export import export_servable, write_warmup  # noqa: E402
+from models.train_fraud import (  # noqa: E402
+    INPUT_NAME,
+    OUTPUT_NAME,
+    SIGNATURE,
+    command_line,
+    seeded_data,
+)
 
 MODEL_NAME = "fraud_transformer"
 SEED = 20261201
@@ -108,19 +113,8 @@ def build_model(train_x: np.ndarray) -> keras.Model:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--output", type=Path, default=Path("models") / MODEL_NAME)
-    parser.add_argument("--version", type=int, default=1)
-    parser.add_argument("--train-rows", type=int, default=60_000)
-    parser.add_argument("--test-rows", type=int, default=20_000)
-    parser.add_argument("--epochs", type=int, default=6)
-    args = parser.parse_args()
-
-    keras.utils.set_random_seed(SEED)
-    tf.config.experimental.enable_op_determinism()
-    train_x, train_y = dataset(args.train_rows, seed=SEED, start_index=0)
-    test_x, test_y = dataset(args.test_rows, seed=SEED + 1, start_index=args.train_rows)
-    print(f"train rows {len(train_y)} (fraud {train_y.mean():.3f}), test rows {len(test_y)}")
+    args = command_line(__doc__.splitlines()[0], Path("models") / MODEL_NAME, epochs=6)
+    train_x, train_y, test_x, test_y = seeded_data(args, SEED)
 
     model = build_model(train_x)
     print(f"weights: {model.count_params():,}")
@@ -129,12 +123,13 @@ def main() -> None:
     print(f"held-out ROC AUC: {auc:.4f}")
 
     version_dir = args.output / str(args.version)
-    export_frozen_servable(
+    export_servable(
         model,
         version_dir,
         signature_name=SIGNATURE,
         input_spec=tf.TensorSpec([None, N_FEATURES], tf.float32, name=INPUT_NAME),
         output_name=OUTPUT_NAME,
+        frozen=True,
     )
     write_warmup(
         version_dir,

@@ -5,6 +5,7 @@ second or less. Asserts what was counted, never how fast it went."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -73,6 +74,15 @@ class TinyServer:
         return LoadSettings(url=f"http://127.0.0.1:{self.port}/score", pool=pool, timeout_s=timeout_s)
 
 
+@contextlib.contextmanager
+def tiny_server(delay_s: float = 0.0, status: int = 200) -> Iterator[TinyServer]:
+    server = TinyServer(delay_s, status)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 @pytest.fixture
 def pool(tmp_path: Path) -> Path:
     path = tmp_path / "pool.jsonl"
@@ -82,9 +92,8 @@ def pool(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def server() -> Iterator[TinyServer]:
-    s = TinyServer()
-    yield s
-    s.stop()
+    with tiny_server() as s:
+        yield s
 
 
 def test_open_loop_sends_the_seeded_timetable_and_counts_every_answer(
@@ -103,41 +112,29 @@ def test_open_loop_sends_the_seeded_timetable_and_counts_every_answer(
 
 
 def test_latency_runs_from_the_intended_send_time(pool: Path) -> None:
-    slow = TinyServer(delay_s=0.03)
-    try:
+    with tiny_server(delay_s=0.03) as slow:
         run = run_open_loop(slow.load(pool), rate_rps=100, duration_s=0.5, seed=1)
-    finally:
-        slow.stop()
     assert run.latency is not None and run.latency.p50_ms >= 30.0
     # Concurrent requests each got their own connection: nothing waited behind another.
     assert run.most_connections >= 2
 
 
 def test_non_2xx_answers_are_status_errors(pool: Path) -> None:
-    failing = TinyServer(status=503)
-    try:
+    with tiny_server(status=503) as failing:
         run = run_open_loop(failing.load(pool), rate_rps=100, duration_s=0.5, seed=1)
-    finally:
-        failing.stop()
     assert run.ok == 0 and run.errors.status == run.planned > 0
     assert run.latency is None
 
 
 def test_answers_later_than_the_timeout_are_errors(pool: Path) -> None:
-    stuck = TinyServer(delay_s=1.0)
-    try:
+    with tiny_server(delay_s=1.0) as stuck:
         run = run_open_loop(stuck.load(pool, timeout_s=0.3), rate_rps=20, duration_s=0.5, seed=1)
-    finally:
-        stuck.stop()
     assert run.errors.timeout == run.planned > 0 and run.ok == 0
 
 
 def test_a_run_that_cannot_meet_the_slo_stops_early(pool: Path) -> None:
-    slow = TinyServer(delay_s=0.05)
-    try:
+    with tiny_server(delay_s=0.05) as slow:
         run = run_open_loop(slow.load(pool), rate_rps=100, duration_s=5.0, seed=1, slo_ms=25.0)
-    finally:
-        slow.stop()
     assert run.stopped_early == "p99 above the SLO"
     assert run.sent < run.planned or run.unanswered > 0
     assert run.sent < 400  # well before the 5 s timetable's ~500 arrivals
