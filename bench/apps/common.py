@@ -1,7 +1,7 @@
 """What the in-process comparison apps share: the route, the model's location, the answer.
 
 The route is the API's (`POST /v1/fraud/score`, body `api.schemas.Transaction`,
-answer `api.schemas.FraudScore`), so wrk sends the same bodies to every setup and the
+answer `api.schemas.FraudScore`), so the load generator sends the same bodies to every setup and the
 answers are the same size. Each app supplies only its handler, because the handler's
 kind (`async def` on the loop or `def` in the threadpool) is what is being compared.
 """
