@@ -37,7 +37,10 @@ from bench.setups import Setup, all_setups, custom_variant
 from bench.workload import FRAUD, WORKLOADS, Workload, body_pool, write_body_pool
 
 #: What each plan runs per workload by default (--setups overrides).
-QUICK_SETUPS = {"fraud": ("ceiling", "naive", "tuned", "split"), "fraud-transformer": ("tuned", "split")}
+QUICK_SETUPS = {
+    "fraud": ("ceiling", "naive", "tuned", "split", "split-coalescing"),
+    "fraud-transformer": ("tuned", "split"),
+}
 
 DEFAULT_OUT = REPO / "bench" / "results"
 

@@ -59,9 +59,9 @@ def slo_table(results: BenchResults) -> str:
             str(s.workers or "–"),
             str(len(s.latency_curve)),
         ])
-    slo = results.meta.get("slo_ms", "?")
+    slo = results.meta.get("slo_ms")
     return _table(
-        ["Workload", "Setup", "Kind", f"SLO-RPS (p99 ≤ {slo} ms)", "p50 / p99 at SLO-RPS (ms)",
+        ["Workload", "Setup", "Kind", f"SLO-RPS (p99 ≤ {slo:g} ms)" if slo else "SLO-RPS", "p50 / p99 at SLO-RPS (ms)",
          "Closed-loop RPS", "Workers", "Steps"],
         rows,
     )

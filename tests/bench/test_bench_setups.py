@@ -137,7 +137,7 @@ def test_jobs_of_the_quick_plan_and_a_custom_variant() -> None:
     names = [(j.workload.name, j.setup.name) for j in jobs]
     assert names == [
         ("fraud", "ceiling"), ("fraud", "naive"), ("fraud", "tuned"), ("fraud", "split"),
-        ("fraud", "split+SERVING_ARGS=--enable_batching"),
+        ("fraud", "split-coalescing"), ("fraud", "split+SERVING_ARGS=--enable_batching"),
         ("fraud-transformer", "tuned"), ("fraud-transformer", "split"),
         ("fraud-transformer", "split+SERVING_ARGS=--enable_batching"),
     ]
