@@ -55,7 +55,7 @@ class CurvePoint:
     p999_ms: float | None
     max_ms: float | None
     errors: int
-    phase: str  # "sweep", "refine" (the SLO search) or "reference" (a target's rate)
+    phase: str  # "sweep", "confirm", "refine" (the SLO search) or "reference" (a target's rate)
     passed: bool  # met the SLO (bench.slo.judge)
     verdict: str  # why not ("" when passed)
     duration_s: float

@@ -6,14 +6,15 @@ Per job, in this order:
    last round's answers per second is the closed-loop RPS, which only seeds the ladder;
 3. the SLO search (`bench.slo.SloSearch`): open-loop steps up the ladder (fractions of the
    closed-loop RPS) until one fails, then bisection between the last pass and the first
-   failure, every step a `CurvePoint` of the setup's latency curve;
+   failure, every step a `CurvePoint` of the setup's latency curve (the sweep's first failure
+   is measured once more before it counts: on a shared machine one failure may be noise);
 4. reference steps, the rates the targets compare at: for tuned, 10 % of its own SLO-RPS;
    for the headline split, tuned's SLO-RPS and 10 % of it (same workload);
 5. memory, after all throughput runs: for each API worker count of the plan, a fresh start,
    a short closed-loop round, then the total PSS of the process tree. An in-process setup
    whose throughput start already has such a count is measured right after that start.
-Every step starts from an idle setup (`wait_idle`). Refinement steps stop early once they
-cannot pass (their percentiles are then lower bounds, and say so); sweep and reference
+Every step starts from an idle setup (`wait_idle`). Refinement and confirmation steps stop
+early once they cannot pass (their percentiles are then lower bounds, and say so); sweep and reference
 steps always run their whole duration, so the curve's shape is true where it is drawn.
 A job that fails is recorded with its reason and the run goes on with the next.
 """
@@ -179,7 +180,7 @@ class Runner:
             running,
             lambda: run_open_loop(
                 load, rate_rps=rate, duration_s=duration, seed=plan.seed,
-                slo_ms=plan.slo_ms if phase == "refine" else None,
+                slo_ms=plan.slo_ms if phase in ("refine", "confirm") else None,
             ),
         )
         lat = run.latency
@@ -265,8 +266,8 @@ class Runner:
             if closed_rps <= 0:
                 raise SetupError("no successful answer in the closed-loop warm-up")
             search = SloSearch(plan.ladder(closed_rps), plan.tolerance, plan.max_steps)
-            while (rate := search.next_rate()) is not None:
-                phase = "sweep" if search.first_fail is None else "refine"
+            while (step := search.next_step()) is not None:
+                rate, phase = step
                 point = self.step(running, load, rate, phase)
                 result.latency_curve.append(point)
                 search.record(rate, point.passed)

@@ -64,12 +64,16 @@ def judge(
 
 @dataclass
 class SloSearch:
-    """Coarse sweep, then bisection. Ask `next_rate()`, measure it, `record()` the verdict.
+    """Coarse sweep, then bisection. Ask `next_step()`, measure it, `record()` the verdict.
 
     Args:
         ladder: the sweep's rates, ascending (e.g. fractions of the closed-loop RPS).
         tolerance: refinement stops once (first failure / last pass - 1) <= this.
         max_steps: at most this many measurements in all (sweep included).
+        confirmations: the sweep's first failure is measured again this many times before
+            the sweep ends there. Load from other processes can only make a step worse, so
+            one failure on a shared machine may be noise, while one pass is evidence: a
+            rate passes when any of its measurements passed.
 
     The result, `slo_rps`, is the highest rate that passed below every rate that failed
     (None when the lowest rate tried failed). `bound_reached` says the whole ladder passed:
@@ -79,6 +83,7 @@ class SloSearch:
     ladder: Sequence[float]
     tolerance: float = 0.05
     max_steps: int = 12
+    confirmations: int = 1
     steps: list[tuple[float, bool]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -89,18 +94,24 @@ class SloSearch:
         if not self.tolerance > 0:
             raise ValueError("tolerance must be > 0")
 
+    def _passed(self) -> dict[float, bool]:
+        verdicts: dict[float, bool] = {}
+        for rate, ok in self.steps:
+            verdicts[rate] = verdicts.get(rate, False) or ok
+        return verdicts
+
+    @property
+    def first_fail(self) -> float | None:
+        """The lowest rate that failed every time it was measured."""
+        fails = [r for r, ok in self._passed().items() if not ok]
+        return min(fails) if fails else None
+
     @property
     def last_pass(self) -> float | None:
         """The highest rate that passed below the lowest failure."""
         fail = self.first_fail
-        passes = [r for r, ok in self.steps if ok and (fail is None or r < fail)]
+        passes = [r for r, ok in self._passed().items() if ok and (fail is None or r < fail)]
         return max(passes) if passes else None
-
-    @property
-    def first_fail(self) -> float | None:
-        """The lowest rate that failed."""
-        fails = [r for r, ok in self.steps if not ok]
-        return min(fails) if fails else None
 
     @property
     def slo_rps(self) -> float | None:
@@ -110,27 +121,37 @@ class SloSearch:
     @property
     def bound_reached(self) -> bool:
         """Every ladder rate was measured and passed."""
-        return self.first_fail is None and len(self.steps) >= len(self.ladder)
+        return self.first_fail is None and all(r in self._passed() for r in self.ladder)
 
     @property
     def budget_spent(self) -> bool:
         """`max_steps` measurements taken."""
         return len(self.steps) >= self.max_steps
 
-    def next_rate(self) -> float | None:
-        """The next rate to measure, or None when the search is over."""
+    def next_step(self) -> tuple[float, str] | None:
+        """The next rate to measure and its phase ("sweep", "confirm" or "refine"), or None
+        when the search is over."""
         if self.budget_spent:
             return None
         fail, ok = self.first_fail, self.last_pass
+        measured = self._passed()
         if fail is None:  # still sweeping
-            index = len(self.steps)
-            return float(self.ladder[index]) if index < len(self.ladder) else None
+            rest = [r for r in self.ladder if r not in measured]
+            return (float(rest[0]), "sweep") if rest else None
+        tries = sum(1 for r, _ in self.steps if r == fail)
+        if fail == max(measured) and fail in self.ladder and tries <= self.confirmations:
+            return fail, "confirm"
         if ok is None:  # the lowest rate tried failed: the SLO is never met
             return None
         if fail / ok - 1 <= self.tolerance:
             return None
-        return math.sqrt(ok * fail)  # halve the interval on a log scale
+        return math.sqrt(ok * fail), "refine"  # halve the interval on a log scale
+
+    def next_rate(self) -> float | None:
+        """The rate of `next_step()`, or None."""
+        step = self.next_step()
+        return step[0] if step else None
 
     def record(self, rate: float, passed: bool) -> None:
-        """The verdict for `rate` (normally the last `next_rate()`)."""
+        """The verdict for `rate` (normally the last `next_step()`'s)."""
         self.steps.append((rate, passed))

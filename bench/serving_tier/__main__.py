@@ -19,12 +19,12 @@ from bench.serving_tier import __doc__ as PACKAGE_DOC
 from bench.serving_tier.grpc_load import Generator, choose_generator
 from bench.serving_tier.grpc_loadgen import drive, null_server
 from bench.serving_tier.report import goals, table
-from bench.serving_tier.runs import Run, grpc_ceiling, profile_server, run_grpc, run_rest
+from bench.serving_tier.result import Run
+from bench.serving_tier.runs import grpc_ceiling, profile_server, run_grpc, run_rest
 from bench.serving_tier.server import TUNED_BATCHING, Config, serving
 from bench.serving_tier.workload import POOL_REQUESTS, write_rest_pool
 
 RESULTS_DIR = REPO / "bench" / "results"
-
 
 
 def benchmark(args: argparse.Namespace) -> int:

@@ -16,7 +16,6 @@ REQUEST_COUNT = ":tensorflow:serving:request_count"
 BATCH_SIZE = ":tensorflow:serving:batching_session:processed_batch_size"
 
 
-
 @dataclass(frozen=True)
 class ServerCounters:
     """The server's Prometheus counters a run compares before and after."""

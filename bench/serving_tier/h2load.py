@@ -37,7 +37,6 @@ def parse_time_ms(text: str) -> float:
     ]
 
 
-
 @dataclass(frozen=True)
 class H2loadSummary:
     """What h2load prints at the end of a timing-based (``-D``) run; counts cover the main

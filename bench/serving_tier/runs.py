@@ -23,7 +23,6 @@ from bench.serving_tier.workload import CALL_TIMEOUT_S, MODEL_NAME, grpc_request
 GENERATOR_SATURATED_CORES = 0.9
 
 
-
 def run_rest(
     rest: str, proc: Process, config: Config, rows: int, args: argparse.Namespace, pool: Path
 ) -> Run:

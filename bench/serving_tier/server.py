@@ -26,7 +26,6 @@ TUNED_BATCHING = (
 )
 
 
-
 @dataclass(frozen=True)
 class Config:
     """One server start: which CPUs, and batching ``off``, ``default`` or ``tuned``."""

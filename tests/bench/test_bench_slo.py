@@ -14,9 +14,9 @@ SLO_MS = 25.0
 
 
 def run_search(p99_at: Callable[[float], float], ladder: list[float], *, tolerance: float = 0.05,
-               max_steps: int = 12) -> SloSearch:
+               max_steps: int = 12, confirmations: int = 1) -> SloSearch:
     """Drive a search to its end against a synthetic curve rate -> p99 (no errors)."""
-    search = SloSearch(ladder, tolerance, max_steps)
+    search = SloSearch(ladder, tolerance, max_steps, confirmations)
     while (rate := search.next_rate()) is not None:
         search.record(rate, judge(p99_ms=p99_at(rate), errors=0, schedule_kept=True,
                                   slo_ms=SLO_MS).passed)
@@ -76,9 +76,9 @@ def test_search_finds_the_knee_within_the_tolerance(capacity: float, low: float,
 def test_sweep_stops_at_the_first_failure_then_bisects() -> None:
     search = run_search(knee(800.0), LADDER)  # crosses 25 ms at 736
     rates = [rate for rate, _ in search.steps]
-    assert rates[:5] == [100.0, 250.0, 450.0, 650.0, 850.0]  # 850 is the first failure
+    assert rates[:6] == [100.0, 250.0, 450.0, 650.0, 850.0, 850.0]  # 850 fails, confirmed
     assert 1050.0 not in rates
-    refined = rates[5:]
+    refined = rates[6:]
     assert refined and all(650.0 < r < 850.0 for r in refined)
     assert refined[0] == pytest.approx(math.sqrt(650.0 * 850.0))
 
@@ -86,7 +86,7 @@ def test_sweep_stops_at_the_first_failure_then_bisects() -> None:
 def test_a_setup_that_never_meets_the_slo_has_no_slo_rps() -> None:
     search = run_search(lambda rate: 60.0, LADDER)  # naive: 55 ms per request
     assert search.slo_rps is None
-    assert search.steps == [(100.0, False)]
+    assert search.steps == [(100.0, False), (100.0, False)]  # the failure confirmed once
     assert not search.bound_reached
 
 
@@ -102,6 +102,33 @@ def test_the_step_budget_bounds_the_search() -> None:
     assert len(search.steps) == 8
     assert search.budget_spent and search.next_rate() is None
     assert search.slo_rps is not None and search.slo_rps < 700.0
+
+
+def test_a_noisy_failure_is_confirmed_and_a_pass_wins() -> None:
+    """Load from elsewhere fails 450 once; measured again it passes and the sweep goes on."""
+    search = SloSearch(LADDER, 0.05, 12)
+    for rate, ok in ((100.0, True), (250.0, True), (450.0, False)):
+        search.record(rate, ok)
+    assert search.next_step() == (450.0, "confirm")
+    search.record(450.0, True)
+    assert search.first_fail is None and search.slo_rps == 450.0
+    assert search.next_step() == (650.0, "sweep")
+
+
+def test_phases_of_a_search() -> None:
+    search = SloSearch([100.0, 200.0], 0.05, 12)
+    assert search.next_step() == (100.0, "sweep")
+    search.record(100.0, True)
+    search.record(200.0, False)
+    assert search.next_step() == (200.0, "confirm")
+    search.record(200.0, False)
+    rate, phase = search.next_step() or (0.0, "")
+    assert phase == "refine" and rate == pytest.approx(math.sqrt(100.0 * 200.0))
+
+
+def test_without_confirmations_one_failure_ends_the_sweep() -> None:
+    search = run_search(lambda rate: 60.0, LADDER, confirmations=0)
+    assert search.steps == [(100.0, False)]
 
 
 def test_a_noisy_pass_above_a_failure_does_not_count() -> None:
