@@ -149,3 +149,15 @@ def test_jobs_of_the_quick_plan_and_a_custom_variant() -> None:
 def test_custom_variants_need_environment_names(settings: dict[str, str]) -> None:
     with pytest.raises(ValueError):
         custom_variant(settings)
+
+
+def test_in_process_apps_collect_before_they_serve(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each comparison app runs a full collection at start (bench.apps.common.settled), so
+    a memory snapshot sees the settled state whether or not the warm-up triggered one."""
+    import gc
+
+    calls: list[int] = []
+    monkeypatch.setattr(gc, "collect", lambda *a: calls.append(1) or 0)
+    with TestClient(ceiling.create_app()) as client:
+        assert calls == [1]
+        assert client.get("/healthz").status_code == 200
