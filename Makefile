@@ -1,11 +1,13 @@
 # make run   - create .venv if missing, install, start serving + API on the example models
-# make test  - the test suite (what CI runs)
+# make test  - ruff, the import contracts (lint-imports) and the test suite (what CI runs)
 # make model - retrain and re-export the examples (models/fraud/1, models/digits/1,
 #              models/fraud_transformer/1)
 # make doctor - check the CPU budget of both tiers, blocking async endpoints, gunicorn preload
 # make protos - regenerate the API's TF Serving protos (api/protos/*_pb2*.py) from their .proto files
 # make bench - throughput at a p99 SLO: naive, tuned in-process, split, ceiling; quick plan (< 8 min on 2 cores)
 # make bench-full - the same benchmark, full plan (every split variant, longer steps, finer search)
+# make compose-test - docker-compose.yml for real: build, up, score, scale serving to 3 under load, stop one,
+#                     down (Docker, else podman from Debian's packages; ~8 min on a fresh machine)
 # make bench-serving - the serving tier alone: REST/gRPC, batching off/on, 1/2 cores (~6 min; h2load for
 #                      gRPC: apt-get install nghttp2-client, else a slower Python generator)
 
@@ -16,7 +18,7 @@ API_PORT ?= 8000
 REST_API_PORT ?= 8501
 GRPC_PORT ?= 8500
 
-.PHONY: install run test model protos doctor bench bench-full bench-serving clean
+.PHONY: install run test compose-test model protos doctor bench bench-full bench-serving clean
 
 install: $(STAMP)
 
@@ -32,7 +34,11 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m ruff check .
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest
+
+compose-test:
+	deploy/compose/compose-test.sh
 
 model: $(STAMP)
 	$(PY) -m models.train_fraud --output models/fraud --version 1

@@ -14,7 +14,7 @@ itself.
 
 Shared by both tiers and therefore stdlib only, importing neither: the API sizes its gunicorn
 workers from it (`api.cpu_budget`, `gunicorn.conf.py`) and the model server its TensorFlow
-thread pools and batch threads (`serving.flags`).
+thread pools and batch threads (`serving.model_servers.flags`).
 """
 
 from __future__ import annotations

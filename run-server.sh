@@ -3,7 +3,7 @@
 #
 # 1. Starts tensorflow_model_server if it is on PATH, else our compatible server
 #    (python -m serving), with the same flags.
-# 2. Waits until every model in the config reports a version AVAILABLE (polls model
+# 2. Waits until every model the config names reports a version AVAILABLE (polls model
 #    status until SERVING_READY_TIMEOUT_S; no fixed sleep).
 # 3. Starts gunicorn with uvicorn workers (gunicorn.conf.py) for the API.
 # Both tiers are sized from the CPUs this container may use (cgroup quota and affinity):
@@ -55,8 +55,10 @@ if [[ -n "${MODELS_DIR:-}" ]]; then
   temp_files+=("$config")
   sed "s#\"/models/#\"${models_dir}/#g" "$MODEL_CONFIG_FILE" > "$config"
 fi
-mapfile -t model_names < <(sed -n 's/^[[:space:]]*name:[[:space:]]*"\([^"]*\)".*/\1/p' "$config")
-[[ ${#model_names[@]} -gt 0 ]] || { log "no model names in $MODEL_CONFIG_FILE"; exit 2; }
+# The models to wait for: every model_config_list.config's name, parsed as the protobuf
+# text format the file is (api/serving_config.py; no TensorFlow on this path).
+names=$(cd "$HERE" && "$PYTHON" -m api.serving_config "$config") || { log "cannot read $MODEL_CONFIG_FILE"; exit 2; }
+mapfile -t model_names <<< "$names"
 
 serving_flags=(--port="$GRPC_PORT" --rest_api_port="$REST_API_PORT" --model_config_file="$config")
 
@@ -134,8 +136,10 @@ if [[ "${SERVING_PROTOCOL:-rest}" == "grpc" ]]; then
 else
   serving_at="$SERVING_URL"
 fi
-log "API ready on ${api_url} (serving at ${serving_at}). Try:"
-log "  curl -s -X POST ${api_url}/v1/fraud/score -H 'content-type: application/json' -d @examples/transaction.json"
+log "API ready on ${api_url} (serving at ${serving_at}); routes and schemas: ${api_url}/docs"
+if [[ ",${MODEL_ROUTES:-fraud,digits}," == *",fraud,"* ]]; then
+  log "Try: curl -s -X POST ${api_url}/v1/fraud/score -H 'content-type: application/json' -d @examples/transaction.json"
+fi
 
 # Whichever exits first, stop the other.
 set +e

@@ -6,76 +6,124 @@
 Nothing happens at import time: settings are read inside `create_app`, and the
 serving client (HTTP/1.1 connection pools or gRPC channels, `api.serving_client.open_serving_client`)
 is created in the lifespan, i.e. in each worker after fork, inside its event loop.
+
+Middleware: one, `api.middleware.RequestMiddleware`, owns each request's context, limits,
+timing and error answer; FastAPI's own validation and HTTP errors are answered in the
+same shape by the handlers of `api.errors`.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import logging
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from functools import partial
+from typing import Any
 
 import anyio
 from fastapi import FastAPI
 
 from api.cpu_budget import available_cpus
-from api.digits import DigitClassifier
+from api.deadlines import Deadline
 from api.errors import install_error_handlers
-from api.limits import install_limits
+from api.limits import Limits
+from api.middleware import RequestMiddleware
+from api.model_routes import ModelRoute
 from api.observability import install_observability
-from api.routes import digits, fraud, health
-from api.scoring import FraudScorer, ServedModel
-from api.serving_client import open_serving_client
+from api.readiness import require_models
+from api.request_context import outgoing_headers
+from api.route_config import configure_routes, load_routes
+from api.routes import health
+from api.routes.model import ModelEndpoint
+from api.scoring import ServedModel
+from api.serving_client import ServingClient, open_serving_client
 from api.settings import Settings
 
+logger = logging.getLogger("api.app")
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+
+ClientOpener = Callable[[], AbstractAsyncContextManager[ServingClient]]
+
+
+def _open_from_settings(settings: Settings, models: Sequence[str]) -> AbstractAsyncContextManager[ServingClient]:
+    """The serving client `SERVING_*` describe, sending each request's id (`X-Request-ID`);
+    a newly discovered replica gets calls once it has `models` AVAILABLE."""
+    return open_serving_client(settings.serving_client_config(models), metadata=outgoing_headers)
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    routes: Sequence[ModelRoute[Any, Any, Any]] | None = None,
+    open_client: ClientOpener | None = None,
+) -> FastAPI:
     """Build the FastAPI app.
 
     Args:
         settings: configuration; read from the environment when None.
+        routes: the model routes to serve; None: those `settings.model_routes` names.
+        open_client: opens the worker's serving client in the lifespan; None:
+            `open_serving_client` as the settings say (a test passes its own `ServingClient`).
+
+    Raises:
+        api.route_config.RouteConfigError: a route cannot be loaded or its settings are wrong.
     """
     settings = settings if settings is not None else Settings()
+    declared = routes if routes is not None else load_routes(settings.model_routes)
+    endpoints = [ModelEndpoint(configured) for configured in configure_routes(declared, settings)]
+    models = [e.configured.signature.model_name for e in endpoints]
+    opener: ClientOpener = open_client or partial(_open_from_settings, settings, models)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with open_serving_client(settings) as client:
+        for message in settings.legacy_names_in_use():
+            logger.warning(message)
+        async with opener() as client:
             app.state.serving_client = client
-            app.state.fraud_scorer = FraudScorer(
-                ServedModel(
-                    client,
-                    model_name=settings.fraud_model_name,
-                    signature_name=settings.fraud_signature_name,
-                    version_ttl_s=settings.model_version_ttl_s,
-                    status_timeout_s=settings.serving_timeout_s,
-                )
+            await require_models(
+                client,
+                {e.configured.route.name: e.configured.signature for e in endpoints},
+                Deadline.after(settings.serving_timeout_s),
             )
-            app.state.digit_classifier = DigitClassifier(
-                ServedModel(
-                    client,
-                    model_name=settings.digits_model_name,
-                    signature_name=settings.digits_signature_name,
-                    version_ttl_s=settings.model_version_ttl_s,
-                    status_timeout_s=settings.serving_timeout_s,
-                )
-            )
-            # CPU-bound request work (image decoding) runs in threads, at most one per
-            # usable CPU at a time (api.routes.digits).
-            app.state.cpu_limiter = anyio.CapacityLimiter(available_cpus())
+            # CPU-bound preprocessing (image decoding) runs in threads, at most one per
+            # usable CPU at a time.
+            cpu_limiter = anyio.CapacityLimiter(available_cpus())
             async with observability.running(app):
+                for endpoint in endpoints:
+                    signature = endpoint.configured.signature
+                    served = ServedModel(
+                        client,
+                        model_name=signature.model_name,
+                        signature_name=signature.signature_name,
+                        version_ttl_s=settings.model_version_ttl_s,
+                        status_timeout_s=settings.serving_timeout_s,
+                    )
+                    endpoint.bind(served, app.state.events, cpu_limiter)
                 yield
 
     app = FastAPI(
-        title="Fraud scoring API",
+        title="Model serving API",
         version="0.1.0",
-        summary="Validates raw transactions, extracts features, awaits the serving tier.",
+        summary="Validates raw requests, extracts features, awaits the serving tier.",
         lifespan=lifespan,
     )
     app.state.settings = settings
+    app.state.model_endpoints = endpoints
     install_error_handlers(app)
-    # Admission limits sit inside the observability middleware (added after them, so
-    # outermost): refusals are still timed, logged and carry the request id.
-    install_limits(app, settings, path_body_limits={"/v1/digits/classify": digits.max_body_size(settings)})
     observability = install_observability(app, settings)
+    app.add_middleware(
+        RequestMiddleware,
+        limits=Limits(
+            max_in_flight=settings.max_in_flight_requests,
+            request_timeout_s=settings.request_timeout_s,
+            max_body_bytes=settings.max_body_bytes,
+            path_body_limits={e.configured.route.path: e.configured.max_body_bytes for e in endpoints},
+        ),
+        metrics=observability.metrics,
+        loop_monitor=observability.loop_monitor,
+        access_log=observability.access_log,
+    )
     app.include_router(health.router)
-    app.include_router(fraud.router)
-    app.include_router(digits.router)
+    for endpoint in endpoints:
+        app.include_router(endpoint.router())
     return app

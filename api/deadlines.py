@@ -13,6 +13,7 @@ stretch a budget.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from dataclasses import dataclass
@@ -55,6 +56,19 @@ class Deadline:
     def expired(self, *, now: float | None = None) -> bool:
         """True when no time is left."""
         return self.remaining(now=now) <= 0.0
+
+    def budget(self, cap_s: float) -> float:
+        """Seconds one step may take from now: what is left, at most `cap_s`; <= 0 once expired."""
+        return min(self.expires_at - time.monotonic(), cap_s)
+
+    def timeout(self) -> asyncio.Timeout:
+        """`asyncio.timeout` that fires at this deadline (at once when it has passed).
+
+        `async with deadline.timeout(): ...` raises `TimeoutError` out of the block then.
+        A relative delay, not `asyncio.timeout_at(expires_at)`: uvloop's `loop.time()` is
+        libuv's cached millisecond clock, not `time.monotonic()`.
+        """
+        return asyncio.timeout(max(0.0, self.expires_at - time.monotonic()))
 
     def check(self, what: str) -> float:
         """Seconds left before `what`; raises `DeadlineExceeded` naming `what` if none.

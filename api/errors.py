@@ -24,8 +24,9 @@ the request's `X-Request-ID` (see `api.request_context`). `code` is one of:
 | 504 | `deadline_exceeded` | the request's time budget ran out |
 
 Serving failures (`api.serving_client.ServingError` subclasses) and our own deadline
-are mapped to these in `ERROR_TABLE` only; the handlers are installed once for every
-route by `install_error_handlers`.
+are mapped to these in `ERROR_TABLE` only. Exceptions that leave a route are answered by
+`api.middleware.RequestMiddleware` through `response_for`; FastAPI's own validation and
+HTTP errors by the handlers `install_error_handlers` registers once for every route.
 """
 
 from __future__ import annotations
@@ -40,7 +41,6 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.deadlines import DeadlineExceeded
 from api.request_context import current_request
@@ -59,8 +59,14 @@ logger = logging.getLogger("api.errors")
 # Seconds a client should wait before retrying a 503 (`Retry-After`).
 RETRY_AFTER_S = 1
 
+class PayloadTooLarge(Exception):
+    """A request's payload (an uploaded file) is over its route's limit (HTTP 413); the
+    exception's text says what, and is shown to the caller."""
+
+
 # Exception class -> (HTTP status, code, send Retry-After). Most specific first.
 ERROR_TABLE: tuple[tuple[type[Exception], int, str, bool], ...] = (
+    (PayloadTooLarge, 413, "payload_too_large", False),
     (DeadlineExceeded, 504, "deadline_exceeded", False),
     (ServingTimeout, 504, "deadline_exceeded", False),
     (ServingUnavailable, 503, "serving_unavailable", True),
@@ -76,20 +82,25 @@ MAX_VALIDATION_ERRORS = 20
 MAX_ECHO_CHARS = 200
 
 
-def error_body(status: int, code: str, detail: Any) -> bytes:
-    """The JSON error body: `{"detail", "code", "request_id"}` (see module doc)."""
+def error_body(status: int, code: str, detail: Any, extra: Mapping[str, Any] | None = None) -> bytes:
+    """The JSON error body: `{"detail", "code", "request_id"}` (see module doc), and `extra`'s
+    keys after them where an answer says more (`/readyz`'s per-model report)."""
     ctx = current_request()
-    return orjson.dumps(
-        {"detail": detail, "code": code, "request_id": ctx.request_id if ctx is not None else None}
-    )
+    body = {"detail": detail, "code": code, "request_id": ctx.request_id if ctx is not None else None}
+    return orjson.dumps({**body, **extra} if extra else body)
 
 
 def error_response(
-    status: int, code: str, detail: Any, headers: Mapping[str, str] | None = None
+    status: int,
+    code: str,
+    detail: Any,
+    headers: Mapping[str, str] | None = None,
+    *,
+    extra: Mapping[str, Any] | None = None,
 ) -> Response:
     """A `Response` in the API's error shape (also used by the ASGI middleware)."""
     return Response(
-        error_body(status, code, detail),
+        error_body(status, code, detail, extra),
         status_code=status,
         headers=dict(headers or {}),
         media_type="application/json",
@@ -223,8 +234,18 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return error_response(exc.status_code, _status_code_name(exc.status_code), detail, headers)
 
 
-async def _mapped_error(request: Request, exc: Exception) -> Response:
-    status, code, retry_after = classify(exc)
+def response_for(exc: Exception) -> Response:
+    """The answer to an exception that left a route: its `ERROR_TABLE` row, else a 500.
+
+    A serving failure is logged as a warning naming the replica (which the caller never
+    sees); any other exception not in the table is a bug, logged with its traceback, and
+    nothing about it is echoed.
+    """
+    try:
+        status, code, retry_after = classify(exc)
+    except LookupError:
+        logger.error("unhandled exception", exc_info=exc)
+        return error_response(500, "internal_error", "internal server error")
     if isinstance(exc, ServingError):
         detail = f"serving tier: {exc.message}"
         logger.warning(
@@ -241,47 +262,14 @@ async def _internal_error(request: Request, exc: Exception) -> Response:
     return error_response(500, "internal_error", "internal server error")
 
 
-class UnhandledErrorMiddleware:
-    """Answer an exception no handler took with a 500 in the error shape.
-
-    Starlette sends such 500s from its outermost middleware, after every other one
-    has exited: too late for the request id and for the observability middleware to
-    see the status. Installed innermost among the app's middleware, this one answers
-    them where the request's context is still current. The exception is logged here,
-    with its traceback, and nothing about it reaches the caller.
-    """
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = False
-
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, receive, tracking_send)
-        except Exception as exc:
-            if started:
-                raise  # half an answer is out: only closing the connection is left
-            logger.error("unhandled exception", exc_info=exc)
-            await error_response(500, "internal_error", "internal server error")(scope, receive, send)
-
-
 def install_error_handlers(app: FastAPI) -> None:
-    """Register the API's exception handlers on `app` (once, for every route).
+    """Register the handlers of FastAPI's own errors on `app` (once, for every route).
 
-    Call before adding other middleware, so `UnhandledErrorMiddleware` is innermost.
+    Validation and HTTP errors (404, 405, ...) are raised and answered inside FastAPI's
+    routing; other exceptions leave the routes and reach `RequestMiddleware`, which answers
+    them with `response_for`. The `Exception` handler only answers a failure of that
+    middleware itself, from Starlette's outermost `ServerErrorMiddleware`.
     """
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
-    app.add_exception_handler(ServingError, _mapped_error)
-    app.add_exception_handler(DeadlineExceeded, _mapped_error)
-    app.add_exception_handler(Exception, _internal_error)  # failures outside the middleware
-    app.add_middleware(UnhandledErrorMiddleware)
+    app.add_exception_handler(Exception, _internal_error)

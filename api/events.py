@@ -1,6 +1,7 @@
-"""Score events: one per scored request, published in the background.
+"""Score events: one per answered model request, published in the background.
 
-A route calls `EventPublisher.publish(ScoreEvent(...))` after it has a score. That only
+Every model route publishes `EventPublisher.publish(ScoreEvent(...))` once it has an
+answer (`api.routes.model`). That only
 puts the event on a bounded in-memory queue (microseconds; never awaits, never blocks):
 when the queue is full the event is dropped and counted in
 `api_score_events_total{outcome="dropped_queue_full"}`. One background task, started
@@ -19,11 +20,12 @@ shutdown (`aclose`) every event queued so far is written before the sink is clos
 uvicorn has finished the in-flight requests by the time the lifespan ends, so an API
 that answered N scores and got SIGTERM has written N events.
 
-An event line:
+An event line: the generic part, the same for every route, then the route's own `fields`
+(`ModelRoute.event_fields`), e.g. for the fraud example:
 
-    {"ts": "2026-11-29T14:03:00.123Z", "request_id": "…", "transaction_id": "t-0001",
-     "score": 0.93, "is_fraud": true, "model_name": "fraud", "model_version": 1,
-     "latency_ms": 3.4}
+    {"ts": "2026-11-29T14:03:00.123Z", "request_id": "…", "route": "fraud",
+     "model_name": "fraud", "model_version": 1, "input_id": "t-0001",
+     "outputs": {"fraud_score": [0.93]}, "latency_ms": 3.4, "fields": {"is_fraud": true}}
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final, Protocol
@@ -57,38 +59,47 @@ _STOP: Final = object()  # queued by aclose: everything before it is written, th
 
 @dataclass(frozen=True, slots=True)
 class ScoreEvent:
-    """What one scored request produced.
+    """What one model request produced.
 
     Attributes:
+        ts: when the answer was produced, seconds since the epoch (UTC; written as ISO
+            8601 with milliseconds).
         request_id: the request's id (`X-Request-ID`).
-        transaction_id: the scored transaction's id.
-        score: model output in 0..1.
-        is_fraud: score >= the configured threshold.
-        model_name / model_version: the servable that produced the score.
-        latency_ms: time from the request's arrival to the score, milliseconds.
-        ts: when the score was produced, seconds since the epoch (UTC; written as
-            ISO 8601 with milliseconds).
+        route: the model route's name.
+        model_name / model_version: the servable that answered.
+        input_id: the request's own id (`ModelRoute.input_id`, e.g. a transaction id), if any.
+        outputs: the model's outputs for the request: output alias -> value.
+        latency_ms: time from the request's arrival to the answer, milliseconds.
+        fields: the route's own fields (`ModelRoute.event_fields`).
     """
 
+    ts: float
     request_id: str
-    transaction_id: str
-    score: float
-    is_fraud: bool
+    route: str
     model_name: str
     model_version: int
+    input_id: str | None
+    outputs: Mapping[str, object]
     latency_ms: float
-    ts: float
+    fields: Mapping[str, object]
 
 
 def encode_jsonl(events: Sequence[ScoreEvent]) -> bytes:
     """The events as JSON Lines (UTF-8, one object per line, each line ending in \\n)."""
     lines = []
     for event in events:
-        record = asdict(event)
-        ts = datetime.fromtimestamp(event.ts, tz=UTC)
-        record["ts"] = ts.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-        record["latency_ms"] = round(event.latency_ms, 3)
-        lines.append(orjson.dumps(record))
+        record = {
+            "ts": datetime.fromtimestamp(event.ts, tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "request_id": event.request_id,
+            "route": event.route,
+            "model_name": event.model_name,
+            "model_version": event.model_version,
+            "input_id": event.input_id,
+            "outputs": event.outputs,
+            "latency_ms": round(event.latency_ms, 3),
+            "fields": event.fields,
+        }
+        lines.append(orjson.dumps(record, default=str))
     return b"\n".join(lines) + b"\n" if lines else b""
 
 

@@ -64,21 +64,6 @@ LATENCY_BUCKETS: Final = (
 LAG_BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 
-def serving_error_code(exc: BaseException) -> str | None:
-    """Canonical code name of a serving-tier failure, or None if `exc` is not one.
-
-    `ServingError.code` is the canonical code (TF Serving's error codes are gRPC's,
-    tensorflow/core/protobuf/error_codes.proto), e.g. "UNAVAILABLE",
-    "DEADLINE_EXCEEDED"; "UNKNOWN" when an error carries none.
-    """
-    from api.serving_client import ServingError  # the hierarchy lives with the client
-
-    if not isinstance(exc, ServingError):
-        return None
-    code = getattr(exc, "code", None)
-    return str(getattr(code, "name", code)) if code is not None else "UNKNOWN"
-
-
 def multiprocess_dir() -> str | None:
     """The multiprocess-mode directory, or None in single-process mode."""
     return os.environ.get(MULTIPROC_DIR_ENV) or None

@@ -1,43 +1,53 @@
-"""Per-request instrumentation: request id, Server-Timing, metrics, JSON access log.
+"""The one middleware around every request: its context, its limits, its timing, its error answer.
 
-`ObservabilityMiddleware` is plain ASGI (no `BaseHTTPMiddleware`, which costs a task
-and a memory stream per request). For every HTTP request it:
+`RequestMiddleware` is plain ASGI (no `BaseHTTPMiddleware`, which costs a task and a
+memory stream per request), installed once, outermost among the app's own middleware
+(`api.app.create_app`). For every HTTP request it:
 
 1. takes the caller's `X-Request-ID` when it is 1-128 characters of `[A-Za-z0-9._:-]`,
-   else makes one (32 hex digits), and makes a fresh `api.request_context.RequestContext`
-   current, so the route can record stages and the serving client can forward the id;
-2. tells the loop monitor which route this task serves (blocks name it);
-3. adds to the response headers:
-   `X-Request-ID`, `Server-Timing` (every recorded stage and `total`, milliseconds,
-   https://www.w3.org/TR/server-timing/, e.g.
+   else makes one, and makes a fresh `api.request_context.RequestContext` current, with
+   the request's one `Deadline`, so the route can record stages and read the deadline and
+   the serving client can forward the id; tells the loop monitor which route this task
+   serves (blocks name it);
+2. applies the admission limits of `api.limits` (503 `overloaded`, 422 for a bad
+   `X-Request-Timeout-Ms`, 413 by `Content-Length`), and while the app runs, bounds the
+   body's arrival by the deadline (408) and counts a streamed body's bytes (413);
+3. answers an exception that leaves the app (`api.errors.response_for`: serving failures
+   and the deadline by their table row, anything else 500), so every answer has the
+   request id, and counts a serving failure by its canonical code;
+4. adds to the response headers `X-Request-ID`, `Server-Timing` (every recorded stage
+   and `total`, milliseconds, https://www.w3.org/TR/server-timing/, e.g.
    `validate;dur=0.120, features;dur=0.010, serving;dur=3.200, total;dur=3.500`), and
    `X-Model-Version` when a model answered the request;
-4. afterwards records `api_request_duration_seconds`, the stage histograms (with
+5. afterwards records `api_request_duration_seconds`, the stage histograms (with
    `total`), `api_requests_in_flight` and `api_serving_errors_total`, and writes one
    `api.access` log line.
 
-Installed once, outermost among the app's own middleware (`api.app.create_app`), so it
-sees the status of error responses made by the exception handlers. A request that
-raises past every handler is recorded as status 500; its answer is made by Starlette's
-ServerErrorMiddleware, outside this one, so it carries none of the headers above.
+One `send` wrapper and one `receive` wrapper per request, whatever the answer. An
+exception raised after the response has started cannot be answered any more: it is
+re-raised (the server closes the connection) and recorded with the status that was sent.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import time
 from collections.abc import Iterable
 from typing import Any, Final
 
+from starlette.responses import Response
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from api.deadlines import Deadline
+from api.errors import RETRY_AFTER_S, error_response, response_for
+from api.limits import BadTimeoutHeader, Limits, declared_length
 from api.logging_config import AccessLog
 from api.loop_monitor import LoopMonitor, route_of
 from api.metrics import UNMATCHED_ROUTE, ApiMetrics
-from api.request_context import REQUEST_ID_HEADER, RequestContext, bind, unbind
+from api.request_context import REQUEST_ID_HEADER, RequestContext, bind, new_request_id, unbind
+from api.serving_client import ServingError
 
 _REQUEST_ID_HEADER: Final = REQUEST_ID_HEADER.encode("ascii")
 # Methods used as a metric label as they are; any other token a client sends is "OTHER",
@@ -57,7 +67,7 @@ def request_id_from(scope: Scope) -> str:
             if _VALID_REQUEST_ID.fullmatch(value):
                 return str(value.decode("ascii"))
             break
-    return os.urandom(16).hex()  # what uuid4().hex draws, without building a UUID
+    return new_request_id()
 
 
 def route_template(scope: Scope) -> str:
@@ -94,11 +104,16 @@ def server_timing(stages: dict[str, float], total_s: float) -> str:
     return ", ".join(parts)
 
 
-class ObservabilityMiddleware:
-    """ASGI middleware: request id, Server-Timing, model version header, metrics, access log.
+class _BodyCut(Exception):
+    """Raised into the app from `receive` when the body is late (408) or too large (413)."""
+
+
+class RequestMiddleware:
+    """ASGI middleware owning each request's context, limits, timing and error answer.
 
     Args:
         app: the ASGI app to wrap.
+        limits: the worker's admission limits.
         metrics: the app's `ApiMetrics`.
         loop_monitor: told which route each request task serves; None to skip.
         access_log: where the per-request JSON line goes.
@@ -108,33 +123,44 @@ class ObservabilityMiddleware:
         self,
         app: ASGIApp,
         *,
+        limits: Limits,
         metrics: ApiMetrics,
         loop_monitor: LoopMonitor | None,
         access_log: AccessLog,
     ) -> None:
         self.app = app
+        self.limits = limits
+        self.in_flight = 0  # requests counted against `limits.max_in_flight`
         self._metrics = metrics
         self._monitor = loop_monitor
         self._access_log = access_log
-        self._in_flight = metrics.in_flight
+        self._in_flight_gauge = metrics.in_flight
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        ctx = RequestContext(request_id=request_id_from(scope))
-        started = ctx.started
-        status = 500
+        limits = self.limits
+        started = time.monotonic()
+        ctx = RequestContext(request_id_from(scope), started, Deadline(started + limits.request_timeout_s))
         token = bind(ctx)
         task = asyncio.current_task()
         if self._monitor is not None:
             self._monitor.track(task, scope)
-        self._in_flight.inc()
+        self._in_flight_gauge.inc()
+        status = 500
+        response_started = False
+        cut: tuple[int, str, str] | None = None  # (status, code, detail) replacing the app's answer
+        ours = False  # the middleware is answering a cut-off body: its messages go out
+        serving_error: str | None = None
 
-        async def send_with_headers(message: Message) -> None:
-            nonlocal status
+        async def send_out(message: Message) -> None:
+            nonlocal status, response_started
+            if cut is not None and not ours:
+                return  # the app's answer to a cut-off body is replaced by ours
             if message["type"] == "http.response.start":
                 status = message["status"]
+                response_started = True
                 # In place, as Starlette's own MutableHeaders(scope=message) does: the
                 # message is made for this one send.
                 headers = message["headers"] = list(message.get("headers", ()))
@@ -146,16 +172,92 @@ class ObservabilityMiddleware:
             await send(message)
 
         try:
-            await self.app(scope, receive, send_with_headers)
+            path = scope["path"]
+            counted = path not in limits.exempt_paths
+            limit = limits.body_limit(path)
+            declared = declared_length(scope["headers"])
+            refusal = self._refusal(scope, ctx, counted, declared, limit)
+            if refusal is not None:
+                await refusal(scope, receive, send_out)
+                return
+            # The HTTP server delivers exactly Content-Length bytes (uvicorn's httptools and
+            # h11 parsers stop there and refuse a header that conflicts with
+            # Transfer-Encoding), so only a body without one needs its bytes counted.
+            counting = declared is None
+            received = 0
+            body_done = False
+
+            async def app_receive() -> Message:
+                # uvicorn has no body-read timeout: a client that announces a body and never
+                # sends it would hold the request forever. The body's arrival is bounded by
+                # the request's deadline; after the body, receives pass through untouched
+                # (they wait for a disconnect, which may rightly take long).
+                nonlocal cut, received, body_done
+                if body_done:
+                    return await receive()
+                try:
+                    async with ctx.deadline.timeout():
+                        message = await receive()
+                except TimeoutError:
+                    cut = (408, "request_timeout", "request body not received within the request deadline")
+                    raise _BodyCut from None
+                if message["type"] != "http.request":
+                    body_done = True
+                    return message
+                if counting:
+                    received += len(message.get("body", b""))
+                    if received > limit:
+                        cut = (413, "payload_too_large", f"request body is larger than {limit} bytes")
+                        raise _BodyCut
+                body_done = not message.get("more_body", False)
+                return message
+
+            if counted:
+                self.in_flight += 1
+            try:
+                await self.app(scope, app_receive, send_out)
+            except Exception as exc:
+                if cut is not None:
+                    pass  # the app failed on the body it was refused; answered below
+                elif response_started:
+                    raise  # half an answer is out: only closing the connection is left
+                else:
+                    if isinstance(exc, ServingError):
+                        serving_error = exc.code.name
+                    await response_for(exc)(scope, receive, send_out)
+            finally:
+                if counted:
+                    self.in_flight -= 1
+            if cut is not None and not response_started:
+                ours = True
+                await error_response(*cut)(scope, receive, send_out)
         finally:
             total = time.monotonic() - started
-            self._in_flight.dec()
+            self._in_flight_gauge.dec()
             if self._monitor is not None:
                 self._monitor.untrack(task)
             unbind(token)
-            self._record(scope, ctx, status, total)
+            self._record(scope, ctx, status, total, serving_error)
 
-    def _record(self, scope: Scope, ctx: RequestContext, status: int, total: float) -> None:
+    def _refusal(
+        self, scope: Scope, ctx: RequestContext, counted: bool, declared: int | None, limit: int
+    ) -> Response | None:
+        """The answer to a request refused before the app runs (`api.limits`, in its order),
+        or None; lowers `ctx.deadline` when the timeout header asks."""
+        limits = self.limits
+        if counted and self.in_flight >= limits.max_in_flight:
+            return error_response(503, "overloaded", limits.overloaded_detail(), {"Retry-After": str(RETRY_AFTER_S)})
+        try:
+            budget = limits.time_budget(scope["headers"])
+        except BadTimeoutHeader as exc:
+            return error_response(422, "validation_error", exc.detail)
+        if budget != limits.request_timeout_s:
+            ctx.deadline = Deadline(ctx.started + budget)
+        if declared is not None and declared > limit:
+            return error_response(413, "payload_too_large", f"request body is larger than {limit} bytes")
+        return None
+
+    def _record(self, scope: Scope, ctx: RequestContext, status: int, total: float, serving_error: str | None) -> None:
         metrics = self._metrics
         route = route_of(scope) or route_template(scope)
         method = scope["method"]
@@ -164,8 +266,8 @@ class ObservabilityMiddleware:
         for name, seconds in ctx.stages.items():
             metrics.child(metrics.stage_duration, route, name).observe(seconds)
         metrics.child(metrics.stage_duration, route, "total").observe(total)
-        if ctx.serving_error is not None:
-            metrics.child(metrics.serving_errors, ctx.serving_error).inc()
+        if serving_error is not None:
+            metrics.child(metrics.serving_errors, serving_error).inc()
         if self._access_log.enabled:
             client = scope.get("client")
             path = scope["path"]

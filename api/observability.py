@@ -1,7 +1,7 @@
 """Wires the API's observability into an app: one call at build time, one in the lifespan.
 
     obs = install_observability(app, settings)      # in create_app: logging, metrics,
-                                                    # middleware, GET /metrics
+                                                    # loop monitor, access log, GET /metrics
     async with obs.running(app):                    # in the lifespan: loop monitor and
         yield                                       # score-event writer run; drained at exit
 
@@ -24,7 +24,6 @@ from api.events import EventPublisher, EventSink, HttpSink, JsonlFileSink
 from api.logging_config import AccessLog, configure_logging
 from api.loop_monitor import LoopMonitor
 from api.metrics import ApiMetrics
-from api.middleware import ObservabilityMiddleware
 from api.routes import metrics as metrics_route
 from api.settings import Settings
 
@@ -36,6 +35,7 @@ class Observability:
     settings: Settings
     metrics: ApiMetrics
     loop_monitor: LoopMonitor
+    access_log: AccessLog
 
     def _event_sink(self) -> EventSink:
         s = self.settings
@@ -75,10 +75,10 @@ class Observability:
 
 
 def install_observability(app: FastAPI, settings: Settings) -> Observability:
-    """Configure JSON logging, add the middleware and `GET /metrics` to `app`.
+    """Configure JSON logging, make the metrics, loop monitor and access log, add `GET /metrics`.
 
-    Call once per app, before it serves. The middleware is added last so it is the
-    outermost of the app's own middleware and sees every response's final status.
+    Call once per app, before it serves; `api.middleware.RequestMiddleware` records into
+    the parts returned.
     """
     configure_logging(level=settings.log_level)
     metrics = ApiMetrics()
@@ -88,11 +88,7 @@ def install_observability(app: FastAPI, settings: Settings) -> Observability:
         threshold_s=settings.loop_block_threshold_s,
     )
     app.state.metrics = metrics
-    app.add_middleware(
-        ObservabilityMiddleware,
-        metrics=metrics,
-        loop_monitor=monitor,
-        access_log=AccessLog(enabled=settings.access_log),
-    )
     app.include_router(metrics_route.router)
-    return Observability(settings=settings, metrics=metrics, loop_monitor=monitor)
+    return Observability(
+        settings=settings, metrics=metrics, loop_monitor=monitor, access_log=AccessLog(enabled=settings.access_log)
+    )

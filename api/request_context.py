@@ -1,26 +1,25 @@
-"""The per-request seam for stage timings, the request id and the served model version.
+"""The per-request seam: request id, deadline, stage timings and the served model version.
 
-One `RequestContext` exists per HTTP request. `api.middleware.ObservabilityMiddleware`
+One `RequestContext` exists per HTTP request. `api.middleware.RequestMiddleware`
 creates it before the app runs and makes it the current one (a `contextvars.ContextVar`,
 so tasks spawned by the request see it too); after the response it turns the context into
 the `Server-Timing`, `X-Request-ID` and `X-Model-Version` headers, the Prometheus stage
 histograms and the JSON access log line.
 
-What the rest of the API does with it (the contract for the route, scoring and the
-serving client):
+What the rest of the API does with it (the contract for the routes and scoring):
 
-    ctx = current_request()                     # never None inside a request
+    ctx = current_context()                     # the middleware's, inside a request
     ctx.stage_since_start("validate")           # first line of an endpoint: FastAPI has
                                                 # read and validated the body by now
     with ctx.stage("features"):
         row = extract_features(transaction)
-    with ctx.stage("serving"):                  # a ServingError leaving the block is
-        scores = await scorer.score([row])      # counted by its canonical code
+    with ctx.stage("serving"):
+        scores = await scorer.score([row], ctx.deadline)   # the request's one Deadline
     ctx.set_model(scorer.model_name, scores.version)
 
-    # in the serving client, on every outgoing call:
-    headers = outgoing_headers()                # {"x-request-id": ...}: REST header and
-                                                # gRPC metadata key alike
+The serving client is given `outgoing_headers` as its metadata provider by the app
+(`api.app`): every call to serving carries `{"x-request-id": ...}`, as a REST header
+and as gRPC metadata alike.
 
 Stage names in use: `validate`, `features`, `serving`; `total` is added by the
 middleware. Durations are seconds on the monotonic clock (`time.monotonic`).
@@ -28,15 +27,21 @@ middleware. Durations are seconds on the monotonic clock (`time.monotonic`).
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
+from api.deadlines import Deadline
+
 # The header a request id travels in, both ways, and the gRPC metadata key (metadata
 # keys must be lower case).
 REQUEST_ID_HEADER = "x-request-id"
+
+# The budget of a context made outside the middleware (a route on a bare app in a test).
+DETACHED_BUDGET_S = 30.0
 
 _current: ContextVar[RequestContext | None] = ContextVar("api_request_context", default=None)
 
@@ -49,19 +54,25 @@ class RequestContext:
         request_id: the caller's `X-Request-ID` when it was acceptable, else a new one
             (32 hex digits). Sent on to serving (`outgoing_headers`).
         started: `time.monotonic()` when the middleware first saw the request, seconds.
+        deadline: when the answer is due (`REQUEST_TIMEOUT_S` after `started`, lowered by
+            `X-Request-Timeout-Ms`): the one deadline every step of the request consults.
         stages: stage name -> duration in seconds, in the order they were recorded.
             Recording a stage twice adds the durations (e.g. a retried serving call).
         model_name / model_version: the servable that answered, once a model did.
-        serving_error: canonical code (e.g. "UNAVAILABLE") of the `ServingError` that
-            left a `stage(...)` block, if one did.
     """
 
     request_id: str
-    started: float = field(default_factory=time.monotonic)
+    started: float
+    deadline: Deadline
     stages: dict[str, float] = field(default_factory=dict)
     model_name: str | None = None
     model_version: int | None = None
-    serving_error: str | None = None
+
+    @classmethod
+    def detached(cls) -> RequestContext:
+        """A context for code running outside the middleware: a new id, `DETACHED_BUDGET_S`."""
+        started = time.monotonic()
+        return cls(new_request_id(), started, Deadline(started + DETACHED_BUDGET_S))
 
     def record(self, name: str, seconds: float) -> None:
         """Add `seconds` to stage `name` (created on first use)."""
@@ -78,24 +89,10 @@ class RequestContext:
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
-        """Time the `with` block as stage `name`, whether it returns or raises.
-
-        A `api.serving_client.ServingError` raised in the block also sets
-        `serving_error` to its canonical code (see `api.metrics.serving_error_code`),
-        which the middleware counts in `api_serving_errors_total`.
-        """
+        """Time the `with` block as stage `name`, whether it returns or raises."""
         begin = time.monotonic()
         try:
             yield
-        except Exception as exc:
-            # Imported here: api.metrics pulls in prometheus_client, which this module
-            # (imported by the serving client) should not need.
-            from api.metrics import serving_error_code
-
-            code = serving_error_code(exc)
-            if code is not None:
-                self.serving_error = code
-            raise
         finally:
             self.record(name, time.monotonic() - begin)
 
@@ -105,9 +102,20 @@ class RequestContext:
         self.model_version = version
 
 
+def new_request_id() -> str:
+    """A fresh request id: 32 hex digits (what `uuid4().hex` draws, without building a UUID)."""
+    return os.urandom(16).hex()
+
+
 def current_request() -> RequestContext | None:
     """The context of the request being handled, or None outside a request."""
     return _current.get()
+
+
+def current_context() -> RequestContext:
+    """The context of the request being handled; a detached one outside the middleware
+    (a route mounted on a bare app in a test), so routes never check for None."""
+    return _current.get() or RequestContext.detached()
 
 
 def bind(ctx: RequestContext) -> object:
@@ -123,8 +131,8 @@ def unbind(token: object) -> None:
 def outgoing_headers() -> dict[str, str]:
     """Headers (REST) or metadata (gRPC) that carry the current request id to serving.
 
-    Returns `{"x-request-id": id}` inside a request, `{}` outside one (background work
-    such as the event publisher or a startup call).
+    The serving client's `MetadataProvider`. Returns `{"x-request-id": id}` inside a
+    request, `{}` outside one (background work such as a startup call).
     """
     ctx = _current.get()
     return {REQUEST_ID_HEADER: ctx.request_id} if ctx is not None else {}

@@ -1,24 +1,20 @@
-"""Models on the serving tier, as the API's routes use them.
+"""Models on the serving tier, as the API's model routes call them.
 
 `ServedModel` is one servable called through one signature: it pins each predict to
 the latest AVAILABLE version (read from model status and cached, because TF Serving's
 REST answer does not say which version ran) and returns the outputs with that version.
-It takes the model name, signature and input/output names as parameters, so every
-model route (fraud, digits, ...) uses the same code. `FraudScorer` is the fraud
-model's signature on top of it: feature rows in, probabilities out.
+Every model route (`api.routes.model`) calls its model through one.
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from api.deadlines import Deadline
 from api.serving_client import (
-    DataType,
     ModelSpec,
     PredictRequest,
     ServingBadResponse,
@@ -29,12 +25,9 @@ from api.serving_client import (
     Tensor,
 )
 
-FRAUD_INPUT = "features"  # float32 [batch, N_FEATURES], api.features.FEATURE_NAMES order
-FRAUD_OUTPUT = "fraud_score"  # float32 [batch, 1], probability of fraud
-
 
 @dataclass(frozen=True)
-class Prediction:
+class Answer:
     """A model's outputs for one call and the version that produced them.
 
     Attributes:
@@ -44,14 +37,6 @@ class Prediction:
     """
 
     outputs: Mapping[str, Tensor]
-    version: int
-
-
-@dataclass(frozen=True)
-class Scores:
-    """Scores for a batch of rows and the model version that produced them."""
-
-    values: list[float]  # one probability in 0..1 per input row
     version: int
 
 
@@ -94,9 +79,10 @@ class LatestVersion:
             # Every waiter may have given up; mark the error seen so it is not logged
             # as "never retrieved" (each waiter still gets it raised).
             self._refresh.add_done_callback(lambda t: t.cancelled() or t.exception())
-        budget = self._status_timeout_s if deadline is None else deadline.remaining()
+        if deadline is None:
+            deadline = Deadline.after(self._status_timeout_s)
         try:
-            async with asyncio.timeout(max(0.0, budget)):
+            async with deadline.timeout():
                 return await asyncio.shield(self._refresh)
         except TimeoutError:
             raise ServingTimeout("no model status within the request deadline") from None
@@ -134,12 +120,14 @@ class ServedModel:
     ) -> None:
         self.model_name = model_name
         self.signature_name = signature_name
-        self._client = client
+        self.client = client
         self.latest = LatestVersion(client, model_name, version_ttl_s, status_timeout_s=status_timeout_s)
+        # The spec predicts are pinned to: built once per version, not per call.
+        self._spec = ModelSpec(model_name, signature_name)
 
     async def predict(
         self, inputs: Mapping[str, Tensor], deadline: Deadline, *, outputs: Sequence[str] = ()
-    ) -> Prediction:
+    ) -> Answer:
         """Run the signature on `inputs`, pinned to the latest AVAILABLE version.
 
         When that version was unloaded in the meantime (NOT_FOUND), model status is read
@@ -158,11 +146,12 @@ class ServedModel:
         """
         for attempt in (1, 2):
             version = await self.latest.get(deadline)
-            request = PredictRequest(
-                ModelSpec(self.model_name, self.signature_name, version), inputs, tuple(outputs)
-            )
+            spec = self._spec
+            if spec.version != version:
+                spec = self._spec = ModelSpec(self.model_name, self.signature_name, version)
+            request = PredictRequest(spec, inputs, tuple(outputs))
             try:
-                response = await self._client.predict(request, deadline)
+                response = await self.client.predict(request, deadline)
             except ServingNotFound:
                 # The pinned version went away (a newer one replaced it): re-read once.
                 self.latest.invalidate()
@@ -177,45 +166,5 @@ class ServedModel:
                 raise ServingBadResponse(
                     f"model '{self.model_name}' answered without output(s) {missing}; got {sorted(named)}"
                 )
-            return Prediction(named, response.model_version if response.model_version is not None else version)
+            return Answer(named, response.model_version if response.model_version is not None else version)
         raise AssertionError("unreachable")
-
-
-class FraudScorer:
-    """The fraud model's signature: feature rows in, probabilities of fraud out."""
-
-    def __init__(self, model: ServedModel) -> None:
-        self.model = model
-        self.model_name = model.model_name
-
-    @property
-    def latest(self) -> LatestVersion:
-        """The model's version cache (the readiness probe reads it)."""
-        return self.model.latest
-
-    async def score(self, rows: Sequence[Sequence[float]], deadline: Deadline) -> Scores:
-        """Score rows of `api.features.FEATURE_NAMES` floats, shape [n, N_FEATURES].
-
-        Returns:
-            `Scores` with n probabilities in [0, 1].
-
-        Raises:
-            ServingBadResponse: the output is not [n] or [n, 1] of finite numbers in
-                [0, 1] (serving's `NaN` / `Infinity` included).
-            ServingError subclasses from the client.
-        """
-        features = Tensor.from_rows(rows, DataType.DT_FLOAT)
-        prediction = await self.model.predict({FRAUD_INPUT: features}, deadline, outputs=(FRAUD_OUTPUT,))
-        tensor = prediction.outputs[FRAUD_OUTPUT]
-        if tensor.shape not in ((len(rows),), (len(rows), 1)):
-            raise ServingBadResponse(
-                f"serving answered {FRAUD_OUTPUT} of shape {list(tensor.shape)} for {len(rows)} rows"
-            )
-        values = []
-        for value in tensor.values:
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise ServingBadResponse(f"serving answered a non-finite or non-numeric {FRAUD_OUTPUT}: {value!r}")
-            if not 0.0 <= value <= 1.0:
-                raise ServingBadResponse(f"serving answered {FRAUD_OUTPUT} {value!r}, outside [0, 1]")
-            values.append(float(value))
-        return Scores(values=values, version=prediction.version)

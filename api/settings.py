@@ -8,11 +8,14 @@ root (`api.app.create_app`) and passed down explicitly.
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AnyHttpUrl, BeforeValidator, Field, field_validator
+from pydantic import AnyHttpUrl, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from api.serving_client import ClientConfig, CoalescingConfig
 
 
 def _upper(value: object) -> object:
@@ -20,40 +23,73 @@ def _upper(value: object) -> object:
     return value.upper() if isinstance(value, str) else value
 
 
+class ModelSettings(BaseModel):
+    """One model route's settings in this deployment (`MODELS__<ROUTE>__<SETTING>`).
+
+    The common ones are below; any other key is one of the route's own options (its
+    `ModelRoute.options` model validates them, `api.route_config`).
+    """
+
+    model_config = ConfigDict(extra="allow", protected_namespaces=())
+
+    model_name: str | None = Field(default=None, description="Servable name; default: the route's.")
+    signature_name: str | None = Field(default=None, description="SignatureDef; default: the route's.")
+    max_body_bytes: int | None = Field(
+        default=None,
+        ge=1,
+        description="Largest request body of the route (of the file, for an upload route), bytes; "
+        "default: the route's, else MAX_BODY_BYTES.",
+    )
+
+
+# Flat names the examples' settings had before they were nested by model: field -> (route,
+# setting). Still read, with a warning at start-up naming the new variable.
+LEGACY_MODEL_SETTINGS: dict[str, tuple[str, str]] = {
+    "fraud_model_name": ("fraud", "model_name"),
+    "fraud_signature_name": ("fraud", "signature_name"),
+    "fraud_threshold": ("fraud", "threshold"),
+    "digits_model_name": ("digits", "model_name"),
+    "digits_signature_name": ("digits", "signature_name"),
+    "digits_max_image_bytes": ("digits", "max_body_bytes"),
+    "digits_max_image_pixels": ("digits", "max_image_pixels"),
+}
+
+
 class Settings(BaseSettings):
     """Configuration of one API process."""
 
-    model_config = SettingsConfigDict(env_prefix="", case_sensitive=False, extra="ignore")
+    # env_nested_delimiter: MODELS__FRAUD__THRESHOLD sets models["fraud"].threshold.
+    model_config = SettingsConfigDict(
+        env_prefix="", case_sensitive=False, extra="ignore", env_nested_delimiter="__"
+    )
 
     serving_url: AnyHttpUrl = Field(
         default=AnyHttpUrl("http://127.0.0.1:8501"),
         description="Base URL of the serving tier's REST API (TF Serving's port 8501).",
     )
-    fraud_model_name: str = Field(default="fraud", description="Servable name of the fraud model.")
-    fraud_signature_name: str = Field(
-        default="serving_default", description="SignatureDef the fraud model is called through."
+    # Model routes (api.route_config): which are served, and their per-model settings.
+    model_routes: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["fraud", "digits"],
+        min_length=1,
+        description="Model routes this deployment serves, comma-separated: a built-in route's name "
+        "(fraud, digits) or the import path of a `ModelRoute`, `package.module:attribute`.",
     )
-    fraud_threshold: float = Field(
-        default=0.5, ge=0.0, le=1.0, description="Scores at or above this are flagged is_fraud."
+    models: dict[str, ModelSettings] = Field(
+        default_factory=dict,
+        description="Per-model settings by route name, from `MODELS__<ROUTE>__<SETTING>` "
+        "(e.g. MODELS__FRAUD__SIGNATURE_NAME, MODELS__FRAUD__THRESHOLD).",
     )
-    # The digits example (api.routes.digits, api.images, api.digits).
-    digits_model_name: str = Field(default="digits", description="Servable name of the digits model.")
-    digits_signature_name: str = Field(
-        default="serving_default", description="SignatureDef the digits model is called through."
+    # Deprecated flat names of the examples' settings, still honoured (see `_legacy_names`).
+    fraud_model_name: str | None = Field(default=None, description="Deprecated: MODELS__FRAUD__MODEL_NAME.")
+    fraud_signature_name: str | None = Field(default=None, description="Deprecated: MODELS__FRAUD__SIGNATURE_NAME.")
+    fraud_threshold: float | None = Field(default=None, description="Deprecated: MODELS__FRAUD__THRESHOLD.")
+    digits_model_name: str | None = Field(default=None, description="Deprecated: MODELS__DIGITS__MODEL_NAME.")
+    digits_signature_name: str | None = Field(default=None, description="Deprecated: MODELS__DIGITS__SIGNATURE_NAME.")
+    digits_max_image_bytes: int | None = Field(default=None, description="Deprecated: MODELS__DIGITS__MAX_BODY_BYTES.")
+    digits_max_image_pixels: int | None = Field(
+        default=None, description="Deprecated: MODELS__DIGITS__MAX_IMAGE_PIXELS."
     )
-    digits_max_image_bytes: int = Field(
-        default=2 * 1024 * 1024,
-        ge=1,
-        description="Largest uploaded image accepted, bytes; larger is answered 413.",
-    )
-    digits_max_image_pixels: int = Field(
-        default=4096 * 4096,
-        ge=1,
-        description="Largest width × height accepted, checked from the image header before "
-        "decoding (decompression-bomb guard); larger is answered 422. A decode holds up to "
-        "about 5 bytes per pixel (RGBA plus grayscale) while it runs.",
-    )
-    # The serving path (api.serving_client, api.coalescing, api.limits).
+    # The serving path (api.serving_client, api.limits).
     serving_protocol: Literal["rest", "grpc"] = Field(
         default="rest", description="How the API calls serving: TF Serving's REST or gRPC API."
     )
@@ -106,6 +142,13 @@ class Settings(BaseSettings):
         ge=0.0,
         description="A replica that refused a connection is skipped this long, seconds.",
     )
+    serving_resolve_interval_s: float = Field(
+        default=2.0,
+        ge=0.0,
+        description="Serving's host names (SERVING_URL, SERVING_URLS, SERVING_GRPC_TARGETS) are "
+        "resolved again this often, seconds, so replicas added or removed (docker compose "
+        "--scale, a Kubernetes headless Service) are followed; 0 resolves once at start.",
+    )
     max_in_flight_requests: int = Field(
         default=64,
         ge=1,
@@ -139,13 +182,33 @@ class Settings(BaseSettings):
         "many batches of the same model are in flight (0: every batch waits its window).",
     )
 
-    @field_validator("serving_urls", "serving_grpc_targets", mode="before")
+    @field_validator("serving_urls", "serving_grpc_targets", "model_routes", mode="before")
     @classmethod
     def _split_commas(cls, value: object) -> object:
         """Lists come from the environment as comma-separated text."""
         if isinstance(value, str):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
+
+    @model_validator(mode="after")
+    def _legacy_names(self) -> Settings:
+        """Fold the deprecated flat names into `models`; a nested name set too wins."""
+        for field_name, (route, key) in LEGACY_MODEL_SETTINGS.items():
+            value = getattr(self, field_name)
+            if value is None:
+                continue
+            entry = self.models.setdefault(route, ModelSettings())
+            if getattr(entry, key, None) is None:
+                setattr(entry, key, value)
+        return self
+
+    def legacy_names_in_use(self) -> list[str]:
+        """Messages for each deprecated flat name that is set (logged at start-up)."""
+        return [
+            f"{name.upper()} is deprecated: use MODELS__{route.upper()}__{key.upper()}"
+            for name, (route, key) in LEGACY_MODEL_SETTINGS.items()
+            if getattr(self, name) is not None
+        ]
 
     @property
     def serving_rest_targets(self) -> list[str]:
@@ -157,6 +220,38 @@ class Settings(BaseSettings):
     def serving_pool_size(self) -> int:
         """REST connections per API process: SERVING_MAX_CONNECTIONS or the in-flight limit."""
         return self.serving_max_connections or self.max_in_flight_requests
+
+    def serving_client_config(self, probe_model_names: Sequence[str] = ()) -> ClientConfig:
+        """The serving client's configuration (`api.serving_client.open_serving_client`).
+
+        Args:
+            probe_model_names: the models a newly discovered replica must have AVAILABLE
+                before it gets calls: the enabled routes' (`api.app` passes them).
+        """
+        coalescing = (
+            CoalescingConfig(
+                window_s=self.coalescing_window_ms / 1000.0,
+                max_batch_rows=self.coalescing_max_batch_rows,
+                eager_batches=self.coalescing_eager_batches,
+            )
+            if self.coalescing_enabled
+            else None
+        )
+        return ClientConfig(
+            protocol=self.serving_protocol,
+            rest_targets=tuple(self.serving_rest_targets),
+            grpc_targets=tuple(self.serving_grpc_targets),
+            call_timeout_s=self.serving_timeout_s,
+            connect_timeout_s=self.serving_connect_timeout_s,
+            max_connections=self.serving_pool_size,
+            keepalive_expiry_s=self.serving_keepalive_expiry_s,
+            max_attempts=self.serving_max_attempts,
+            eject_s=self.serving_eject_s,
+            resolve_interval_s=self.serving_resolve_interval_s,
+            probe_model_names=tuple(probe_model_names),
+            coalescing=coalescing,
+        )
+
     model_version_ttl_s: float = Field(
         default=5.0,
         ge=0.0,

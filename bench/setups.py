@@ -12,8 +12,9 @@
 `run-server.sh` (and `make run`) starts without extra settings, which sizes both tiers from
 the CPUs it may use (see `api.cpu_budget.one_container_budget`). The benchmark only gives it
 free ports, loopback, a score-event file in the run folder and a model config naming the
-workload's model alone (the in-process setups load that one model too), under the fraud
-route (`FRAUD_MODEL_NAME` for a model not named fraud). Variants set one more API
+workload's model alone (the in-process setups load that one model too), so the API serves
+the fraud route only (`MODEL_ROUTES`), with that model (`MODELS__FRAUD__MODEL_NAME` for a
+model not named fraud). Variants set one more API
 setting each (coalescing, gRPC towards serving); `split_variants` reads `api.settings` at run
 time and says which the API cannot express.
 
@@ -57,8 +58,9 @@ PROBE_TIMEOUT_S = 30.0  # from "ready" to a 2xx score
 # The in-process apps' gunicorn settings (never ./gunicorn.conf.py, which is the API's).
 INPROCESS_GUNICORN_CONF = REPO / "bench" / "apps" / "gunicorn_conf.py"
 RUN_SERVER = REPO / "run-server.sh"
-# The API setting that names the model behind the fraud route (api.settings).
-FRAUD_MODEL_ENV = "FRAUD_MODEL_NAME"
+# The API settings (api.settings) that enable routes and name the model behind the fraud route.
+MODEL_ROUTES_ENV = "MODEL_ROUTES"
+FRAUD_MODEL_ENV = "MODELS__FRAUD__MODEL_NAME"
 
 # Environment of every server process: quiet TensorFlow C++ logs.
 _BASE_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
@@ -381,6 +383,9 @@ def split_environment(
         '    model_platform: "tensorflow"\n  }\n}\n'
     )
     env["MODEL_CONFIG_FILE"] = str(config)
+    # Serving has that model alone: the API serves the fraud route only (it refuses to start
+    # with a route whose model serving does not have).
+    env[MODEL_ROUTES_ENV] = "fraud"
     if workload.model_name != FRAUD.model_name:
         env[FRAUD_MODEL_ENV] = workload.model_name
     return env

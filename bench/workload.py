@@ -14,7 +14,7 @@ from pathlib import Path
 
 import orjson
 
-from api.schemas import Transaction
+from api.examples.fraud.schemas import Transaction
 from models.transactions import generate_transactions
 
 MODELS_DIR = Path(__file__).resolve().parents[1] / "models"
@@ -26,7 +26,7 @@ def body_pool(n: int = POOL_SIZE, seed: int = POOL_SEED) -> list[bytes]:
     """`n` request bodies for `POST /v1/fraud/score`, compact JSON, `transaction_id` first.
 
     Raises:
-        ValueError: a generated body does not validate as `api.schemas.Transaction`.
+        ValueError: a generated body does not validate as `api.examples.fraud.schemas.Transaction`.
     """
     bodies = []
     for labeled in generate_transactions(n, seed=seed):
@@ -47,7 +47,7 @@ class Workload:
 
     Every workload takes the fraud model's signature (`features` float32 [batch, 11] ->
     `fraud_score` float32 [batch, 1]), so the API, the in-process apps and the ceiling
-    serve it unchanged: the API with `FRAUD_MODEL_NAME` set to `model_name`, the
+    serve it unchanged: the API with `MODELS__FRAUD__MODEL_NAME` set to `model_name`, the
     in-process apps with `BENCH_MODEL_DIR` set to `version_dir`.
     """
 

@@ -1,7 +1,11 @@
 """Export a Keras model as a TF Serving servable: SavedModel + warmup records.
 
 Shared by the example models' training scripts (`models.train_fraud`,
-`models.train_digits`). Writes TF Serving's layout for one version:
+`models.train_digits`). A script exports into `staging_dir(version_dir)` and then
+`publish`es it: the committed export is kept when the new one answers the probe inputs
+identically, bit for bit (TensorFlow does not write the same SavedModel bytes twice: the
+graph's nodes and the checkpoint's entries come out in another order on each run, so a
+byte comparison would always differ). Writes TF Serving's layout for one version:
 
     <version_dir>/saved_model.pb, variables/             the servable (tag "serve")
     <version_dir>/assets.extra/tf_serving_warmup_requests
@@ -93,6 +97,41 @@ def _write_frozen(
                 strip_default_attrs=True,
             )
             builder.save()
+
+
+def staging_dir(version_dir: Path) -> Path:
+    """Where to export before `publish`: beside `version_dir`, under a non-numeric name a
+    polling model server ignores (README: publish a version atomically)."""
+    return version_dir.parent / f".{version_dir.name}.incoming"
+
+
+def publish(staged: Path, version_dir: Path, *, signature_name: str, probe: Mapping[str, np.ndarray]) -> str:
+    """Make `staged` the export at `version_dir`, unless the one there already answers alike.
+
+    Both SavedModels run `signature_name` on `probe` (input key -> rows); when every output
+    is equal to the last bit, `version_dir` is kept and `staged` removed, else `staged`
+    replaces it (renamed: atomic on one file system).
+
+    Returns:
+        what happened, one line for the script's output.
+    """
+    if version_dir.exists():
+        old, new = _outputs(version_dir, signature_name, probe), _outputs(staged, signature_name, probe)
+        if old.keys() == new.keys() and all(np.array_equal(old[k], new[k]) for k in old):
+            shutil.rmtree(staged)
+            rows = len(next(iter(probe.values())))
+            return f"kept {version_dir}: the new export's outputs are identical to the bit on {rows} probe rows"
+        worst = max(float(np.max(np.abs(old[k] - new[k]))) for k in old if k in new and old[k].shape == new[k].shape)
+        shutil.rmtree(version_dir)
+        staged.rename(version_dir)
+        return f"replaced {version_dir}: outputs differ from the previous export (max |difference| {worst:.3g})"
+    staged.rename(version_dir)
+    return f"exported {version_dir}"
+
+
+def _outputs(export_dir: Path, signature_name: str, probe: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    signature = tf.saved_model.load(str(export_dir)).signatures[signature_name]
+    return {k: v.numpy() for k, v in signature(**{k: tf.constant(v) for k, v in probe.items()}).items()}
 
 
 def write_warmup(

@@ -5,7 +5,7 @@
 Data: the UCI handwritten digits shipped with scikit-learn (`models.digits_data`, no
 download), a fixed stratified split (1,347 train / 450 test). The training set is used
 twice: as the dataset has it, and after a trip through the API's own preprocessing
-(`api.images.digit_grid`, which crops each digit to its ink and centres it), so the
+(`api.examples.digits.images.digit_grid`, which crops each digit to its ink and centres it), so the
 model learns exactly what the API will send it. The script prints the held-out accuracy
 on the test digits both ways and writes:
 
@@ -21,9 +21,9 @@ Signature `serving_default` (stable, documented in the README):
     outputs: probabilities  float32 [batch, 10]       softmax over the digits 0..9
 
 Model: Rescaling(1/16) → Conv 3×3 16 → Conv 3×3 32 → max-pool 2×2 → dropout →
-Dense 10 softmax. Seeds are fixed and ops deterministic, so the script reproduces the
-committed version (the accuracy exactly; weights may differ in the last bits across
-CPUs).
+Dense 10 softmax. Seeds are fixed, ops deterministic, one thread and TensorFlow's own
+kernels (oneDNN off), so the script reproduces the committed version: the same outputs to the last
+float32 bit, which it checks before it keeps the committed files (`models.export.publish`).
 """
 
 from __future__ import annotations
@@ -33,14 +33,18 @@ import os
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# One set of kernels on every x86 CPU: oneDNN picks its code by the CPU's instruction set
+# (AVX-512 or AVX2), so the same seed trains other weights on Intel and AMD hosts; TensorFlow's
+# Eigen kernels are the same code everywhere. Before TensorFlow is imported.
+os.environ["TF_ENABLE_ONEDNN_OPTS"] = "0"
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from api.images import DIGIT_SIDE  # noqa: E402
+from api.examples.digits.images import DIGIT_SIDE  # noqa: E402
 from models.digits_data import SEED, as_served, load_split  # noqa: E402
-from models.export import export_servable, write_warmup  # noqa: E402
+from models.export import export_servable, publish, staging_dir, write_warmup  # noqa: E402
 
 MODEL_NAME = "digits"
 INPUT_NAME = "image"
@@ -78,6 +82,10 @@ def main() -> None:
 
     keras.utils.set_random_seed(SEED)
     tf.config.experimental.enable_op_determinism()
+    # One thread: a kernel may split a sum across its threads, so the thread count (the
+    # machine's cores) would change the last bits of the weights.
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
     split = load_split()
     train_x = np.concatenate([split.train_x, as_served(split.train_x)])[..., None]
     train_y = np.concatenate([split.train_y, split.train_y])
@@ -94,20 +102,23 @@ def main() -> None:
           f"{acc_raw:.4f} as the dataset has them ({len(split.test_y)} images)")
 
     version_dir = args.output / str(args.version)
+    staged = staging_dir(version_dir)
     export_servable(
         model,
-        version_dir,
+        staged,
         signature_name=SIGNATURE,
         input_spec=tf.TensorSpec([None, *INPUT_SHAPE], tf.float32, name=INPUT_NAME),
         output_name=OUTPUT_NAME,
     )
     write_warmup(
-        version_dir,
+        staged,
         model_name=MODEL_NAME,
         signature_name=SIGNATURE,
         inputs={INPUT_NAME: test_served[:64]},
     )
-    print(f"exported {version_dir} (signature {SIGNATURE}: {INPUT_NAME} -> {OUTPUT_NAME})")
+    probe = {INPUT_NAME: np.concatenate([test_served, test_raw]).astype(np.float32)}
+    print(publish(staged, version_dir, signature_name=SIGNATURE, probe=probe))
+    print(f"signature {SIGNATURE}: {INPUT_NAME} -> {OUTPUT_NAME}")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
     python -m models.train_fraud [--output models/fraud] [--version 1]
 
 Generates raw transactions (`models.transactions`), maps them through the API's own
-feature definition (`api.features.extract_features`), trains a small Keras MLP,
+feature definition (`api.examples.fraud.features.extract_features`), trains a small Keras MLP,
 prints the ROC AUC on a held-out split, and writes:
 
     <output>/<version>/saved_model.pb, variables/        the servable
@@ -13,11 +13,12 @@ prints the ROC AUC on a held-out split, and writes:
                                                          --enable_model_warmup
 
 Signature `serving_default` (stable, documented in the README):
-    inputs:  features     float32 [batch, N_FEATURES]  in api.features.FEATURE_NAMES order
+    inputs:  features     float32 [batch, N_FEATURES]  in api.examples.fraud.features.FEATURE_NAMES order
     outputs: fraud_score  float32 [batch, 1]           probability of fraud, 0..1
 
-Seeds are fixed, so the script reproduces the committed version (the AUC to the
-third decimal; weights may differ in the last bits across CPUs).
+Seeds are fixed, ops deterministic, one thread and TensorFlow's own kernels (oneDNN off), so the
+script reproduces the committed version: the same outputs to the last float32 bit, which
+it checks before it keeps the committed files (`models.export.publish`).
 """
 
 from __future__ import annotations
@@ -27,14 +28,18 @@ import os
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# One set of kernels on every x86 CPU: oneDNN picks its code by the CPU's instruction set
+# (AVX-512 or AVX2), so the same seed trains other weights on Intel and AMD hosts; TensorFlow's
+# Eigen kernels are the same code everywhere. Before TensorFlow is imported.
+os.environ["TF_ENABLE_ONEDNN_OPTS"] = "0"
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from api.features import FEATURE_NAMES, N_FEATURES, extract_batch  # noqa: E402
-from api.schemas import Transaction  # noqa: E402
-from models.export import export_servable, write_warmup  # noqa: E402
+from api.examples.fraud.features import FEATURE_NAMES, N_FEATURES, extract_batch  # noqa: E402
+from api.examples.fraud.schemas import Transaction  # noqa: E402
+from models.export import export_servable, publish, staging_dir, write_warmup  # noqa: E402
 from models.transactions import generate_transactions  # noqa: E402
 
 SEED = 20261129
@@ -72,6 +77,10 @@ def seeded_data(
     test_y) from `dataset`, the test rows drawn after the training rows."""
     keras.utils.set_random_seed(seed)
     tf.config.experimental.enable_op_determinism()
+    # One thread: a kernel may split a sum across its threads, so the thread count (the
+    # machine's cores) would change the last bits of the weights.
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
     train_x, train_y = dataset(args.train_rows, seed=seed, start_index=0)
     test_x, test_y = dataset(args.test_rows, seed=seed + 1, start_index=args.train_rows)
     print(f"train rows {len(train_y)} (fraud {train_y.mean():.3f}), test rows {len(test_y)}")
@@ -121,8 +130,10 @@ def main() -> None:
     print(f"held-out ROC AUC: {auc:.4f}")
 
     version_dir = args.output / str(args.version)
-    export(model, version_dir, test_x[:64])
-    print(f"exported {version_dir} (signature {SIGNATURE}: {INPUT_NAME} -> {OUTPUT_NAME})")
+    staged = staging_dir(version_dir)
+    export(model, staged, test_x[:64])
+    print(publish(staged, version_dir, signature_name=SIGNATURE, probe={INPUT_NAME: test_x}))
+    print(f"signature {SIGNATURE}: {INPUT_NAME} -> {OUTPUT_NAME}")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
     python -m models.train_fraud_transformer [--output models/fraud_transformer] [--version 1]
 
 Same data, features and signature as `models.train_fraud` (so the API's fraud route serves
-it unchanged with `FRAUD_MODEL_NAME=fraud_transformer`), a different network: a
+it unchanged with `MODELS__FRAUD__MODEL_NAME=fraud_transformer`), a different network: a
 Feature-Tokenizer Transformer (Gorishniy et al., "Revisiting Deep Learning Models for
 Tabular Data", 2021). Each of the 11 normalised features becomes a token
 (`x_i * W_i + b_i`) beside a learned [CLS] token and 16 learned register tokens (Darcet et
@@ -23,11 +23,12 @@ The export freezes the weights into the graph (`models.export.export_servable(fr
 1.9 MiB, where Keras' own export of this model wrote 5.2 MiB.
 
 Signature `serving_default` (stable, the fraud model's):
-    inputs:  features     float32 [batch, N_FEATURES]  in api.features.FEATURE_NAMES order
+    inputs:  features     float32 [batch, N_FEATURES]  in api.examples.fraud.features order
     outputs: fraud_score  float32 [batch, 1]           probability of fraud, 0..1
 
-Seeds are fixed, so the script reproduces the committed version (the AUC to the third
-decimal; weights may differ in the last bits across CPUs).
+Seeds are fixed, ops deterministic, one thread and TensorFlow's own kernels (oneDNN off), so
+the script reproduces the committed version: the same outputs to the last float32 bit, which
+it checks before it keeps the committed files (`models.export.publish`).
 """
 
 from __future__ import annotations
@@ -36,13 +37,15 @@ import os
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# The same kernels on every x86 CPU, as models.train_fraud explains: before TensorFlow loads.
+os.environ["TF_ENABLE_ONEDNN_OPTS"] = "0"
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from api.features import N_FEATURES  # noqa: E402
-from models.export import export_servable, write_warmup  # noqa: E402
+from api.examples.fraud.features import N_FEATURES  # noqa: E402
+from models.export import export_servable, publish, staging_dir, write_warmup  # noqa: E402
 from models.train_fraud import (  # noqa: E402
     INPUT_NAME,
     OUTPUT_NAME,
@@ -123,21 +126,23 @@ def main() -> None:
     print(f"held-out ROC AUC: {auc:.4f}")
 
     version_dir = args.output / str(args.version)
+    staged = staging_dir(version_dir)
     export_servable(
         model,
-        version_dir,
+        staged,
         signature_name=SIGNATURE,
         input_spec=tf.TensorSpec([None, N_FEATURES], tf.float32, name=INPUT_NAME),
         output_name=OUTPUT_NAME,
         frozen=True,
     )
     write_warmup(
-        version_dir,
+        staged,
         model_name=MODEL_NAME,
         signature_name=SIGNATURE,
         inputs={INPUT_NAME: test_x[:64]},
     )
-    print(f"exported {version_dir} (signature {SIGNATURE}: {INPUT_NAME} -> {OUTPUT_NAME})")
+    print(publish(staged, version_dir, signature_name=SIGNATURE, probe={INPUT_NAME: test_x}))
+    print(f"signature {SIGNATURE}: {INPUT_NAME} -> {OUTPUT_NAME}")
 
 
 if __name__ == "__main__":

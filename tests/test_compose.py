@@ -1,6 +1,11 @@
-"""docker-compose.yml and the API's Dockerfile, checked structurally (no Docker engine here)."""
+"""docker-compose.yml and the Dockerfiles, checked structurally.
+
+`make compose-test` (deploy/compose/compose_test.py) runs the stack for real; these checks
+are the fast part that runs with every `make test`."""
 
 from __future__ import annotations
+
+import re
 
 import yaml
 
@@ -13,9 +18,26 @@ def load() -> dict:
 
 def test_services_and_images() -> None:
     services = load()["services"]
-    assert set(services) == {"serving", "api"}
-    assert services["serving"]["image"].split(":")[0].endswith("tensorflow/serving")
+    assert set(services) == {"serving", "serving-image", "api"}
+    # The official image by default, pinned (never `latest`); SERVING_IMAGE selects another.
+    assert services["serving"]["image"] == "${SERVING_IMAGE:-tensorflow/serving:2.20.0}"
+    assert "build" not in services["serving"]  # a build would overwrite the official tag
+    assert services["serving-image"]["profiles"] == ["build"]
+    assert services["serving-image"]["build"]["dockerfile"] == "Dockerfile.serving"
     assert services["api"]["build"]["dockerfile"] == "Dockerfile"
+
+
+def test_pinned_tf_serving_is_not_older_than_the_checked_exports() -> None:
+    # TF Serving 2.20.0 runs TensorFlow 2.20. The examples were exported by TensorFlow 2.21;
+    # TensorFlow 2.20's loader (what TF Serving uses: a Session over the SignatureDefs) was
+    # checked to load and run both. A re-export with a newer TensorFlow needs that check again.
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    checked = {"2.21.0"}
+    for model in ("fraud", "digits"):
+        saved = saved_model_pb2.SavedModel()
+        saved.ParseFromString((REPO / "models" / model / "1" / "saved_model.pb").read_bytes())
+        assert saved.meta_graphs[0].meta_info_def.tensorflow_version in checked, model
 
 
 def test_serving_mounts_models_and_config_and_uses_them() -> None:
@@ -24,6 +46,9 @@ def test_serving_mounts_models_and_config_and_uses_them() -> None:
     assert mounts["./models"] == "/models"
     config_in_container = mounts["./models.config"]
     assert f"--model_config_file={config_in_container}" in serving["command"]
+    monitoring = mounts["./deploy/serving/monitoring.config"]
+    assert f"--monitoring_config_file={monitoring}" in serving["command"]
+    assert (REPO / "deploy/serving/monitoring.config").is_file()
     # every base_path in models.config lives under the /models mount
     for line in (REPO / "models.config").read_text().splitlines():
         if line.strip().startswith("base_path:"):
@@ -43,7 +68,8 @@ def test_api_reaches_serving_by_service_name_and_waits_for_health() -> None:
     api = load()["services"]["api"]
     assert api["environment"]["SERVING_URL"] == "http://serving:8501"
     assert api["depends_on"]["serving"]["condition"] == "service_healthy"
-    assert "8000:8000" in api["ports"]
+    # A host port range: `--scale api=2` gives each replica a port of its own.
+    assert api["ports"] == ["${API_PORTS:-8000-8009}:8000"]
     assert "backend" in api["networks"] and "frontend" in api["networks"]
 
 
@@ -51,10 +77,13 @@ def test_healthchecks() -> None:
     services = load()["services"]
     for name in ("serving", "api"):
         check = services[name]["healthcheck"]
-        assert check["test"][0] == "CMD"
-        assert check["interval"] and check["retries"] >= 1
-    assert "AVAILABLE" in services["serving"]["healthcheck"]["test"][-1]
-    assert "/readyz" in services["api"]["healthcheck"]["test"][-1]
+        # CMD-SHELL: podman 4.3 splits CMD-form arguments on spaces.
+        assert check["test"][0] == "CMD-SHELL" and len(check["test"]) == 2
+        assert check["interval"] and check["retries"] >= 1 and check["start_period"]
+    serving_check = services["serving"]["healthcheck"]["test"][1]
+    configured = re.findall(r'name:\s*"([^"]+)"', (REPO / "models.config").read_text())
+    assert "AVAILABLE" in serving_check and f"for m in {' '.join(configured)};" in serving_check
+    assert "/readyz" in services["api"]["healthcheck"]["test"][1]
 
 
 def test_api_image_installs_only_the_api_extra_and_runs_as_non_root() -> None:
@@ -64,3 +93,16 @@ def test_api_image_installs_only_the_api_extra_and_runs_as_non_root() -> None:
     users = [line for line in lines if line.startswith("USER ")]
     assert users and users[-1] not in ("USER root", "USER 0")
     assert not any("tensorflow" in line for line in lines)
+
+
+def test_serving_image_installs_only_the_serving_extra_with_tf_servings_entrypoint() -> None:
+    text = (REPO / "Dockerfile.serving").read_text()
+    lines = [line.strip() for line in text.splitlines()]
+    assert "pip install '.[serving]'" in text and "[api]" not in text
+    users = [line for line in lines if line.startswith("USER ")]
+    assert users and users[-1] not in ("USER root", "USER 0")
+    assert 'ENTRYPOINT ["/usr/bin/tf_serving_entrypoint.sh"]' in lines
+    entrypoint = (REPO / "deploy/serving/tf_serving_entrypoint.sh").read_text()
+    # tensorflow/serving's own entrypoint: fixed ports, MODEL_NAME / MODEL_BASE_PATH, "$@".
+    assert "--port=8500 --rest_api_port=8501" in entrypoint and '"$@"' in entrypoint
+    assert "exec python -m serving" in entrypoint

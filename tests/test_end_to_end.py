@@ -18,8 +18,8 @@ import httpx
 import numpy as np
 import pytest
 
-from api.features import extract_features
-from api.schemas import Transaction
+from api.examples.fraud.features import extract_features
+from api.examples.fraud.schemas import Transaction
 from models.transactions import generate_transactions
 from tests.support import (
     REPO,
@@ -112,7 +112,11 @@ def test_healthz(stack: Stack) -> None:
 def test_readyz_names_the_available_version(stack: Stack) -> None:
     r = httpx.get(stack.api_url + "/readyz")
     assert r.status_code == 200
-    assert r.json() == {"status": "ready", "model": {"name": "fraud", "version": 1}}
+    state = {"ready": True, "signature": "serving_default", "version": 1, "problems": []}
+    assert r.json() == {
+        "status": "ready",
+        "models": {"fraud": {"model": "fraud", **state}, "digits": {"model": "digits", **state}},
+    }
 
 
 def test_scores_equal_the_models_own_output(stack: Stack, reference_model) -> None:  # type: ignore[no-untyped-def]

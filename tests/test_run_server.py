@@ -68,6 +68,67 @@ def test_run_server_serves_and_stops_cleanly(tmp_path: Path, protocol: str) -> N
     assert not http_ok(api + "/healthz")
 
 
+FRAUD_ONLY = 'model_config_list { config { name: "fraud" base_path: "/models/fraud" model_platform: "tensorflow" } }'
+
+
+def run_server(tmp_path: Path, **overrides: str) -> Proc:
+    """run-server.sh with `run_server_env(**overrides)`, its output in tmp_path/run-server.log."""
+    return Proc(["bash", str(REPO / "run-server.sh")], tmp_path / "run-server.log", env=run_server_env(**overrides))
+
+
+def run_server_env(**overrides: str) -> dict[str, str]:
+    """run-server.sh on free loopback ports with this checkout's models and one API worker."""
+    return {
+        "MODELS_DIR": str(REPO / "models"),
+        "PYTHON": sys.executable,
+        "API_PORT": str(free_port()),
+        "API_HOST": "127.0.0.1",
+        "REST_API_PORT": str(free_port()),
+        "GRPC_PORT": str(free_port()),
+        "WEB_CONCURRENCY": "1",
+        "SERVING_ARGS": "--rest_api_host=127.0.0.1",
+        **overrides,
+    }
+
+
+def test_a_one_line_config_of_one_model_serves_that_route(tmp_path: Path) -> None:
+    # The config parsed as the text format it is (one line is fine), waited for by its own
+    # model names; only the route whose model it has is enabled.
+    config = tmp_path / "fraud-only.config"
+    config.write_text(FRAUD_ONLY)
+    env = run_server_env(MODEL_CONFIG_FILE=str(config), MODEL_ROUTES="fraud")
+    proc = Proc(["bash", str(REPO / "run-server.sh")], tmp_path / "run-server.log", env=env)
+    api = f"http://127.0.0.1:{env['API_PORT']}"
+    try:
+        wait_until(lambda: "API ready" in proc.log() or not proc.alive(), 180, "run-server ready")
+        assert proc.alive(), proc.log()
+        assert "model 'fraud' AVAILABLE" in proc.log() and "digits" not in proc.log()
+        ready = httpx.get(api + "/readyz", timeout=10).json()
+        assert ready["status"] == "ready" and list(ready["models"]) == ["fraud"]
+    finally:
+        assert proc.stop(timeout_s=60) == 0, proc.log()
+
+
+def test_an_enabled_route_whose_model_serving_lacks_stops_the_api_at_once(tmp_path: Path) -> None:
+    config = tmp_path / "fraud-only.config"
+    config.write_text(FRAUD_ONLY)
+    proc = run_server(tmp_path, MODEL_CONFIG_FILE=str(config))
+    try:
+        assert proc.popen.wait(180) != 0  # digits is enabled by default; its model is not there
+    finally:
+        proc.stop()
+    log = proc.log()
+    assert "route 'digits' calls model 'digits'" in log and "API exited before it was ready" in log, log
+
+
+def test_run_server_refuses_a_config_that_does_not_parse(tmp_path: Path) -> None:
+    config = tmp_path / "broken.config"
+    config.write_text('model_config_list { config { nam: "fraud" } }')
+    proc = run_server(tmp_path, MODEL_CONFIG_FILE=str(config))
+    assert proc.popen.wait(30) == 2
+    assert 'no field named "nam"' in proc.log()
+
+
 def test_run_server_fails_fast_on_a_missing_config(tmp_path: Path) -> None:
     env = {"MODEL_CONFIG_FILE": str(tmp_path / "nope.config"), "PYTHON": sys.executable}
     proc = Proc(["bash", str(REPO / "run-server.sh")], tmp_path / "log", env=env)

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 from fastapi import APIRouter, Request
 from pydantic import BaseModel
+from starlette.responses import Response
 
-from api.limits import request_deadline
-from api.schemas import ModelInfo
-from api.scoring import FraudScorer
-from api.serving_client import ServingError, ServingUnavailable
+from api.errors import RETRY_AFTER_S, error_response
+from api.readiness import model_readiness
+from api.request_context import current_context
+from api.routes.model import ModelEndpoint
 
 router = APIRouter(tags=["health"])
 
@@ -17,9 +21,17 @@ class Liveness(BaseModel):
     status: str
 
 
+class ModelState(BaseModel):
+    ready: bool
+    model: str
+    signature: str
+    version: int | None
+    problems: list[str]
+
+
 class Readiness(BaseModel):
     status: str
-    model: ModelInfo
+    models: dict[str, ModelState]
 
 
 @router.get("/healthz", response_model=Liveness)
@@ -31,22 +43,39 @@ async def healthz() -> Liveness:
 @router.get(
     "/readyz",
     response_model=Readiness,
-    responses={503: {"description": "Serving is unreachable or has no AVAILABLE version."}},
+    responses={
+        503: {
+            "description": "A model route is not ready: the error shape (`serving_unavailable`, detail "
+            "'not ready: ...') plus `models`, each route's state and problems."
+        }
+    },
 )
-async def readyz(request: Request) -> Readiness:
-    """Ready when serving reports a version of the fraud model AVAILABLE.
+async def readyz(request: Request) -> Readiness | Response:
+    """Ready when every enabled model route is (`api.readiness`): its model has a version
+    AVAILABLE with the signature, inputs and outputs the route declares.
 
-    Reads model status afresh on every call (no cache), so a probe sees serving go
-    down and come back, within the request's deadline. Every failure, a timeout
-    included, is answered 503 `serving_unavailable` in the error shape of `api.errors`:
-    a probe only needs "not ready", and 503 is what orchestrators expect.
+    Reads serving afresh on every call (no cache), within the request's deadline, so a probe
+    sees serving go down and come back. 200 with each route's state; else 503 in the error
+    shape of `api.errors` (code `serving_unavailable`, `Retry-After`), with the same `models`
+    report: which routes are not ready and why.
     """
-    scorer: FraudScorer = request.app.state.fraud_scorer
-    scorer.latest.invalidate()
-    try:
-        version = await scorer.latest.get(request_deadline(request))
-    except ServingUnavailable:
-        raise
-    except ServingError as exc:
-        raise ServingUnavailable(f"not ready: {exc.message}", target=exc.target) from exc
-    return Readiness(status="ready", model=ModelInfo(name=scorer.model_name, version=version))
+    endpoints: list[ModelEndpoint] = request.app.state.model_endpoints
+    deadline = current_context().deadline
+    states = await asyncio.gather(
+        *(
+            model_readiness(e.served.client, e.configured.route.name, e.configured.signature, deadline)
+            for e in endpoints
+        )
+    )
+    models: dict[str, Any] = {state.route: state.as_json() for state in states}
+    not_ready = [state for state in states if not state.ready]
+    if not not_ready:
+        return Readiness(status="ready", models=models)
+    reasons = "; ".join(f"{state.route}: {state.problems[0]}" for state in not_ready)
+    return error_response(
+        503,
+        "serving_unavailable",
+        f"not ready: {reasons}",
+        {"Retry-After": str(RETRY_AFTER_S)},
+        extra={"models": models},
+    )

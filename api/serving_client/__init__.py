@@ -1,16 +1,26 @@
 """The API's client to the serving tier: TF Serving's Predict and GetModelStatus.
 
+    async with open_serving_client(ClientConfig(protocol="grpc")) as client:
+        response = await client.predict(PredictRequest(ModelSpec("fraud"), inputs), deadline)
+
+`predict`, `model_status` and `model_metadata` are TF Serving's Predict, GetModelStatus and
+GetModelMetadata (its "signature_def" field).
+
 Transport-neutral: `predict` and `model_status` are implemented once over REST
-(`RestTransport`, TF Serving's REST API, api_rest.md) and once over gRPC
-(`GrpcTransport`, prediction_service.proto / model_service.proto through the
-project's own protos in `api.protos`), chosen by `SERVING_PROTOCOL`.
-`ReplicatedClient` spreads calls over several replicas and retries UNAVAILABLE on
-another one within the request's deadline; `open_serving_client` builds the whole
-stack from settings in the app's lifespan.
+(`_rest`, TF Serving's REST API, api_rest.md) and once over gRPC (`_grpc`,
+prediction_service.proto / model_service.proto through the project's own protos in
+`api.protos`), chosen by `ClientConfig.protocol`. Calls are spread over replicas with
+UNAVAILABLE retried on another one within the request's deadline (`_replicas`), and
+concurrent predicts may be merged into one call (`_coalescing`); `open_serving_client`
+builds that stack. The package needs nothing from the app: it is configured with plain
+data and is usable on its own.
 
 Every failure leaves this package as a `ServingError` subclass with a canonical
 `Code`; exceptions of the HTTP/1.1 client (`_http1`) and of grpc never do (see
 `_errors` for the table).
+
+The names below are the public surface, pinned by tests/api/test_exported_members.py;
+everything else is private to the package.
 """
 
 from api.serving_client._errors import (
@@ -23,32 +33,34 @@ from api.serving_client._errors import (
     ServingRejected,
     ServingTimeout,
     ServingUnavailable,
-    is_retryable,
 )
-from api.serving_client._factory import http_client, open_serving_client
-from api.serving_client._replicas import ReplicatedClient, RoundRobin
-from api.serving_client._rest import RestTransport
+from api.serving_client._factory import ClientConfig, CoalescingConfig, open_serving_client
 from api.serving_client._types import (
     DataType,
+    MetadataProvider,
+    ModelMetadata,
     ModelSpec,
     ModelStatus,
     PredictRequest,
     PredictResponse,
     ServingClient,
+    SignatureInfo,
     Tensor,
+    TensorInfo,
     VersionStatus,
 )
 
 __all__ = [
+    "ClientConfig",
+    "CoalescingConfig",
     "Code",
     "DataType",
+    "MetadataProvider",
+    "ModelMetadata",
     "ModelSpec",
     "ModelStatus",
     "PredictRequest",
     "PredictResponse",
-    "ReplicatedClient",
-    "RestTransport",
-    "RoundRobin",
     "ServingBadResponse",
     "ServingClient",
     "ServingError",
@@ -58,18 +70,9 @@ __all__ = [
     "ServingRejected",
     "ServingTimeout",
     "ServingUnavailable",
+    "SignatureInfo",
     "Tensor",
+    "TensorInfo",
     "VersionStatus",
-    "http_client",
-    "is_retryable",
     "open_serving_client",
 ]
-
-
-def __getattr__(name: str) -> object:
-    # GrpcTransport is loaded on first use, so a REST-only worker never imports grpc.
-    if name == "GrpcTransport":
-        from api.serving_client._grpc import GrpcTransport
-
-        return GrpcTransport
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

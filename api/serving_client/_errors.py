@@ -27,6 +27,8 @@ import enum
 from collections.abc import Mapping
 from types import MappingProxyType
 
+from api.deadlines import Deadline
+
 # Wordings the transports share, so one failure reads the same over REST, over gRPC and
 # through coalescing.
 DEADLINE_PASSED = "no answer within the request deadline"
@@ -242,3 +244,15 @@ def is_retryable(exc: BaseException) -> bool:
     pure function of its inputs, so a call that may have run is still safe to repeat.
     """
     return isinstance(exc, ServingError) and exc.code is Code.UNAVAILABLE
+
+
+def call_budget(deadline: Deadline, cap_s: float, target: str) -> float:
+    """Seconds one call to `target` may take: what is left of `deadline`, at most `cap_s`.
+
+    Raises:
+        ServingTimeout: the deadline has passed; the call is not sent.
+    """
+    budget = deadline.budget(cap_s)
+    if budget <= 0:
+        raise ServingTimeout("request deadline passed before the call", target=target)
+    return budget

@@ -23,22 +23,30 @@ from api.protos.tensorflow_serving.apis import (
     model_service_pb2_grpc,
     prediction_service_pb2_grpc,
 )
-from api.request_context import outgoing_headers
 from api.serving_client._errors import (
     DEADLINE_PASSED,
     UNREACHABLE,
     Code,
     ServingError,
     ServingRejected,
-    ServingTimeout,
+    call_budget,
     error_for_code,
 )
 from api.serving_client._tensor_proto import (
+    model_metadata_from_proto,
+    model_metadata_request,
     model_status_from_proto,
     predict_request_to_proto,
     predict_response_from_proto,
 )
-from api.serving_client._types import ModelStatus, PredictRequest, PredictResponse
+from api.serving_client._types import (
+    MetadataProvider,
+    ModelMetadata,
+    ModelStatus,
+    PredictRequest,
+    PredictResponse,
+    no_metadata,
+)
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
@@ -67,13 +75,17 @@ class GrpcTransport:
         target: "host:port" of the replica's gRPC port.
         call_timeout_s: upper bound of one call, seconds; the request's deadline
             usually ends it sooner.
+        metadata: gRPC metadata added to every call, read per call (e.g. the request id).
     """
 
-    def __init__(self, target: str, *, call_timeout_s: float) -> None:
+    def __init__(self, target: str, *, call_timeout_s: float, metadata: MetadataProvider = no_metadata) -> None:
         self.target = target
         self._call_timeout_s = call_timeout_s
+        self._metadata = metadata
         self._channel = grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
-        self._predict = prediction_service_pb2_grpc.PredictionServiceStub(self._channel).Predict
+        prediction_service = prediction_service_pb2_grpc.PredictionServiceStub(self._channel)
+        self._predict = prediction_service.Predict
+        self._metadata_call = prediction_service.GetModelMetadata
         self._status = model_service_pb2_grpc.ModelServiceStub(self._channel).GetModelStatus
 
     def __repr__(self) -> str:
@@ -106,16 +118,27 @@ class GrpcTransport:
         message.model_spec.name = model_name
         return model_status_from_proto(await self._call(self._status, message, deadline))
 
+    async def model_metadata(self, model_name: str, version: int, deadline: Deadline) -> ModelMetadata:
+        """`PredictionService.GetModelMetadata` of one version, "signature_def" field.
+
+        Raises:
+            ServingError subclasses (see `api.serving_client`).
+        """
+        answer = await self._call(self._metadata_call, model_metadata_request(model_name, version), deadline)
+        try:
+            return model_metadata_from_proto(answer, version)
+        except ServingError as exc:
+            exc.target = self.target
+            raise
+
     async def aclose(self) -> None:
         """Close the channel (calls still running are cancelled)."""
         await self._channel.close()
 
     async def _call(self, method: grpc.aio.UnaryUnaryMultiCallable, message: Any, deadline: Deadline) -> Any:
         """One unary call with the deadline's remaining budget as its gRPC deadline."""
-        budget = min(deadline.remaining(), self._call_timeout_s)
-        if budget <= 0:
-            raise ServingTimeout("request deadline passed before the call", target=self.target)
-        metadata = tuple(outgoing_headers().items())
+        budget = call_budget(deadline, self._call_timeout_s, self.target)
+        metadata = tuple(self._metadata().items())
         try:
             return await method(message, timeout=budget, metadata=metadata)
         except grpc.aio.AioRpcError as exc:

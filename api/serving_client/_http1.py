@@ -672,6 +672,17 @@ class Http1Client:
         for pool in self._pools.values():
             await pool.aclose()
 
+    async def close_pool(self, origin: str) -> None:
+        """Close and forget the pool for `origin` (a replica that left).
+
+        A later `pool(origin)` makes a new one, so an address that comes back (a new
+        replica on a reused IP) starts afresh.
+        """
+        key, _, _ = _origin_parts(origin)
+        pool = self._pools.pop(key, None)
+        if pool is not None:
+            await pool.aclose()
+
 
 class MockClient(Http1Client):
     """An `Http1Client` whose requests go to `handler` instead of a socket (for tests).

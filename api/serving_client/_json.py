@@ -18,7 +18,18 @@ from urllib.parse import quote
 import orjson
 
 from api.serving_client._errors import ServingBadResponse
-from api.serving_client._types import ModelStatus, PredictRequest, PredictResponse, Scalar, Tensor, VersionStatus
+from api.serving_client._types import (
+    DataType,
+    ModelMetadata,
+    ModelStatus,
+    PredictRequest,
+    PredictResponse,
+    Scalar,
+    SignatureInfo,
+    Tensor,
+    TensorInfo,
+    VersionStatus,
+)
 
 
 def loads(content: bytes) -> Any:
@@ -130,6 +141,45 @@ def model_status(answer: Any) -> ModelStatus:
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ServingBadResponse(f"serving's model status answer is malformed ({exc!r})") from exc
     return ModelStatus(tuple(versions))
+
+
+def model_metadata(answer: Any, version: int) -> ModelMetadata:
+    """Decode `GET /v1/models/{name}/versions/{v}/metadata` (TF Serving's JSON: the
+    SignatureDefMap in proto3 JSON with the proto's field names, under
+    `metadata.signature_def.signature_def`).
+
+    Raises:
+        ServingBadResponse: not that message.
+    """
+    try:
+        signature_defs = answer["metadata"]["signature_def"]["signature_def"]
+        signatures = {
+            key: SignatureInfo(
+                inputs=_tensor_infos(signature.get("inputs", {})),
+                outputs=_tensor_infos(signature.get("outputs", {})),
+                method_name=str(signature.get("method_name", "")),
+            )
+            for key, signature in signature_defs.items()
+        }
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ServingBadResponse(f"serving's model metadata answer is malformed ({exc!r})") from exc
+    return ModelMetadata(version, signatures)
+
+
+def _tensor_infos(entries: dict[str, Any]) -> dict[str, TensorInfo]:
+    infos = {}
+    for alias, info in entries.items():
+        shape_json = info.get("tensor_shape", {})
+        shape = (
+            None
+            if shape_json.get("unknown_rank", False)
+            else tuple(int(dim.get("size", -1)) for dim in shape_json.get("dim", []))
+        )
+        # A dtype this client has no member for (DT_HALF, DT_RESOURCE, ...) reads as
+        # DT_INVALID: it matches no declared input, which readiness then reports.
+        dtype = DataType.__members__.get(str(info.get("dtype", "")), DataType.DT_INVALID)
+        infos[alias] = TensorInfo(dtype, shape, str(info.get("name", "")))
+    return infos
 
 
 def error_message(content: bytes, fallback: str) -> str:

@@ -27,7 +27,7 @@ import tenacity
 
 from api.deadlines import Deadline
 from api.serving_client._errors import ServingError, is_retryable
-from api.serving_client._types import ModelStatus, PredictRequest, PredictResponse, ServingClient
+from api.serving_client._types import ModelMetadata, ModelStatus, PredictRequest, PredictResponse, ServingClient
 
 T = TypeVar("T")
 
@@ -121,6 +121,10 @@ class ReplicatedClient:
     async def model_status(self, model_name: str, deadline: Deadline) -> ModelStatus:
         """Model status from the next replica; UNAVAILABLE retried on another."""
         return await self._call(lambda replica: replica.model_status(model_name, deadline), deadline)
+
+    async def model_metadata(self, model_name: str, version: int, deadline: Deadline) -> ModelMetadata:
+        """Model metadata from the next replica; UNAVAILABLE retried on another."""
+        return await self._call(lambda replica: replica.model_metadata(model_name, version, deadline), deadline)
 
     async def aclose(self) -> None:
         """Close every replica's transport."""

@@ -3,7 +3,7 @@
 The `Http1Client` (`_http1`) is shared by all REST replicas of a worker and owned by
 `open_serving_client`; it keeps one connection pool per replica, each sized to the
 worker's in-flight limit, whose idle connections expire before serving's own keep-alive
-timeout closes them (see `_factory.http_client`). Each call's timeout is what is left
+timeout closes them (see `_factory.open_serving_client`). Each call's timeout is what is left
 of the request's `Deadline`, capped by `call_timeout_s`, and bounds the whole exchange,
 not only each read. Transport exceptions are translated here, in `_TRANSPORT_ERRORS`,
 and never leave.
@@ -15,9 +15,8 @@ import asyncio
 from typing import Any
 from urllib.parse import quote
 
+import api.serving_client._json as _json
 from api.deadlines import Deadline
-from api.request_context import outgoing_headers
-from api.serving_client import _json
 from api.serving_client._errors import (
     DEADLINE_PASSED,
     UNREACHABLE,
@@ -25,6 +24,7 @@ from api.serving_client._errors import (
     ServingError,
     ServingTimeout,
     ServingUnavailable,
+    call_budget,
     code_for_http_status,
     error_for_code,
 )
@@ -39,7 +39,14 @@ from api.serving_client._http1 import (
     ServerDisconnected,
     WriteError,
 )
-from api.serving_client._types import ModelStatus, PredictRequest, PredictResponse
+from api.serving_client._types import (
+    MetadataProvider,
+    ModelMetadata,
+    ModelStatus,
+    PredictRequest,
+    PredictResponse,
+    no_metadata,
+)
 
 # Transport failure -> (error class, replica_down, what happened). First match wins, so
 # subclasses come before their bases. A connect failure marks the replica down (skip it
@@ -78,6 +85,7 @@ class RestTransport:
         call_timeout_s: upper bound of one call, seconds; the request's deadline
             usually ends it sooner.
         connect_timeout_s: TCP connect timeout, seconds (also capped by the deadline).
+        metadata: headers added to every call, read per call (e.g. the request id).
     """
 
     def __init__(
@@ -87,11 +95,13 @@ class RestTransport:
         *,
         call_timeout_s: float,
         connect_timeout_s: float,
+        metadata: MetadataProvider = no_metadata,
     ) -> None:
         self.target = base_url.rstrip("/")
         self._pool = http.pool(self.target)
         self._call_timeout_s = call_timeout_s
         self._connect_timeout_s = connect_timeout_s
+        self._metadata = metadata
 
     def __repr__(self) -> str:
         return f"RestTransport({self.target!r})"
@@ -122,16 +132,28 @@ class RestTransport:
             exc.target = self.target
             raise
 
+    async def model_metadata(self, model_name: str, version: int, deadline: Deadline) -> ModelMetadata:
+        """`GET /v1/models/{name}/versions/{v}/metadata`: the version's SignatureDefs.
+
+        Raises:
+            ServingError subclasses (see `api.serving_client`).
+        """
+        path = f"/v1/models/{quote(model_name, safe='')}/versions/{version}/metadata"
+        answer = await self._call("GET", path, deadline)
+        try:
+            return _json.model_metadata(answer, version)
+        except ServingError as exc:
+            exc.target = self.target
+            raise
+
     async def aclose(self) -> None:
         """Nothing to release: the shared `Http1Client` is closed by its owner."""
 
     async def _call(self, method: str, path: str, deadline: Deadline, body: bytes | None = None) -> Any:
         """Send one request within the deadline; the parsed JSON body of a 2xx answer."""
-        budget = min(deadline.remaining(), self._call_timeout_s)
-        if budget <= 0:
-            raise ServingTimeout("request deadline passed before the call", target=self.target)
+        budget = call_budget(deadline, self._call_timeout_s, self.target)
         connect_timeout = min(budget, self._connect_timeout_s)
-        headers = outgoing_headers()
+        headers = self._metadata()
         content_type = _JSON if body is not None else None
         pool = self._pool
         try:

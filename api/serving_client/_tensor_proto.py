@@ -14,18 +14,22 @@ import math
 import struct
 import sys
 from array import array
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from api.protos.tensorflow.core.framework import tensor_pb2
-from api.protos.tensorflow_serving.apis import get_model_status_pb2, predict_pb2
+from api.protos.tensorflow.core.framework import tensor_pb2, tensor_shape_pb2
+from api.protos.tensorflow.core.protobuf import meta_graph_pb2
+from api.protos.tensorflow_serving.apis import get_model_metadata_pb2, get_model_status_pb2, predict_pb2
 from api.serving_client._errors import ServingBadResponse
 from api.serving_client._types import (
     DataType,
+    ModelMetadata,
     ModelStatus,
     PredictRequest,
     PredictResponse,
     Scalar,
+    SignatureInfo,
     Tensor,
+    TensorInfo,
     VersionStatus,
 )
 
@@ -198,3 +202,44 @@ def model_status_from_proto(proto: get_model_status_pb2.GetModelStatusResponse) 
             state = "UNKNOWN"
         versions.append(VersionStatus(entry.version, state, entry.status.error_message))
     return ModelStatus(tuple(versions))
+
+
+def model_metadata_request(model_name: str, version: int) -> get_model_metadata_pb2.GetModelMetadataRequest:
+    """`GetModelMetadataRequest` for one version's "signature_def" field."""
+    message = get_model_metadata_pb2.GetModelMetadataRequest(metadata_field=["signature_def"])
+    message.model_spec.name = model_name
+    message.model_spec.version.value = version
+    return message
+
+
+def model_metadata_from_proto(proto: get_model_metadata_pb2.GetModelMetadataResponse, version: int) -> ModelMetadata:
+    """Decode `GetModelMetadataResponse`: its "signature_def" field, a packed `SignatureDefMap`.
+
+    Raises:
+        ServingBadResponse: the field is missing or does not unpack.
+    """
+    signature_defs = get_model_metadata_pb2.SignatureDefMap()
+    if "signature_def" not in proto.metadata or not proto.metadata["signature_def"].Unpack(signature_defs):
+        raise ServingBadResponse("serving's model metadata has no SignatureDefMap under 'signature_def'")
+    signatures = {
+        key: SignatureInfo(_tensor_infos(sig.inputs), _tensor_infos(sig.outputs), sig.method_name)
+        for key, sig in signature_defs.signature_def.items()
+    }
+    return ModelMetadata(version, signatures)
+
+
+def _tensor_infos(entries: Mapping[str, meta_graph_pb2.TensorInfo]) -> dict[str, TensorInfo]:
+    return {
+        alias: TensorInfo(_dtype(info.dtype), _shape(info.tensor_shape), info.name) for alias, info in entries.items()
+    }
+
+
+def _dtype(number: int) -> DataType:
+    try:
+        return DataType(number)
+    except ValueError:  # a dtype this client has no member for: matches no declared input
+        return DataType.DT_INVALID
+
+
+def _shape(shape: tensor_shape_pb2.TensorShapeProto) -> tuple[int, ...] | None:
+    return None if shape.unknown_rank else tuple(dim.size for dim in shape.dim)

@@ -10,13 +10,22 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from api.deadlines import Deadline
 
 Scalar = float | int | bool | bytes
+
+# Metadata sent with every call: REST headers and gRPC metadata alike (lower-case keys),
+# read per call from the caller's context (the API passes its request id this way).
+MetadataProvider = Callable[[], Mapping[str, str]]
+
+
+def no_metadata() -> Mapping[str, str]:
+    """The default `MetadataProvider`: nothing added to calls."""
+    return {}
 
 
 class DataType(enum.IntEnum):
@@ -181,12 +190,50 @@ class ModelStatus:
         return max(available) if available else None
 
 
+@dataclass(frozen=True, slots=True)
+class TensorInfo:
+    """One input or output of a SignatureDef (meta_graph.proto `TensorInfo`).
+
+    Attributes:
+        dtype: element type.
+        shape: dimensions, -1 where unknown (the batch, usually); None when the rank is
+            unknown.
+        name: the graph tensor it feeds or fetches, e.g. "serving_default_features:0".
+    """
+
+    dtype: DataType
+    shape: tuple[int, ...] | None
+    name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SignatureInfo:
+    """A SignatureDef (meta_graph.proto): its inputs and outputs by alias, and its method."""
+
+    inputs: Mapping[str, TensorInfo]
+    outputs: Mapping[str, TensorInfo]
+    method_name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelMetadata:
+    """GetModelMetadataResponse with its "signature_def" field (get_model_metadata.proto).
+
+    Attributes:
+        version: the version described.
+        signatures: SignatureDef key -> signature.
+    """
+
+    version: int
+    signatures: Mapping[str, SignatureInfo]
+
+
 class ServingClient(Protocol):
     """What the API needs from the serving tier, whatever the transport.
 
     Implemented by `RestTransport` and `GrpcTransport` (one replica each),
     `ReplicatedClient` (round-robin and retries over several) and
-    `api.coalescing.CoalescingClient` (merges concurrent predicts). Each method raises
+    `CoalescingClient` (merges concurrent predicts). Each method raises
     only `ServingError` subclasses, and gives up by `deadline`.
     """
 
@@ -196,6 +243,10 @@ class ServingClient(Protocol):
 
     async def model_status(self, model_name: str, deadline: Deadline) -> ModelStatus:
         """Every version's state of `model_name` (TF Serving GetModelStatus)."""
+        ...
+
+    async def model_metadata(self, model_name: str, version: int, deadline: Deadline) -> ModelMetadata:
+        """The SignatureDefs of one version (TF Serving GetModelMetadata, "signature_def")."""
         ...
 
     async def aclose(self) -> None:

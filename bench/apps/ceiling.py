@@ -2,7 +2,7 @@
 
     gunicorn -k uvicorn_worker.UvicornWorker -w 2 --preload 'bench.apps.ceiling:create_app()'
 
-Same body parsing (`api.schemas.Transaction`), the same `api.features.extract_features`
+Same body parsing (`api.examples.fraud.schemas.Transaction`), the same `api.examples.fraud.features.extract_features`
 call and the same answer shape as the API, but the score is a constant 0.0 instead of a
 call to any model. No setup that runs the model behind this HTTP stack can be faster, so
 its RPS is the ceiling the split is measured against. The answer says
@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
-from api.features import extract_features
-from api.schemas import FraudScore, ModelInfo, Transaction
+from api.examples.fraud.features import extract_features
+from api.examples.fraud.schemas import FraudScore, Transaction
+from api.model_routes import ModelInfo
 from bench.apps.common import build_app
 
 NO_MODEL = ModelInfo(name="none", version=0)

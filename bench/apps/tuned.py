@@ -30,8 +30,8 @@ import numpy as np
 import tensorflow as tf
 from fastapi import FastAPI, Request
 
-from api.features import N_FEATURES, extract_features
-from api.schemas import FraudScore, Transaction
+from api.examples.fraud.features import N_FEATURES, extract_features
+from api.examples.fraud.schemas import FraudScore, Transaction
 from bench.apps.common import (
     INPUT_KEY,
     OUTPUT_KEY,

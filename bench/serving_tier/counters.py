@@ -68,7 +68,7 @@ def check_server_counts(
     they are kept apart in ``server_cancelled_at_end``.
 
     The second check matters: the server counts only calls that reach the core Predict (as
-    ``serving.metrics`` says), so a body refused while it is decoded (e.g. ``tensor_content``
+    ``serving.util.metrics`` says), so a body refused while it is decoded (e.g. ``tensor_content``
     of the wrong size: INVALID_ARGUMENT) is answered, HTTP 200 for h2load, and never counted.
     The server's counts include the warm-up, so it normally counts more than the generator."""
     delta = {

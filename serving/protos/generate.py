@@ -4,17 +4,20 @@
 
 Runs grpcio-tools' protoc (a dev dependency) on every ``.proto`` under ``serving/protos/`` and
 points the generated modules at :data:`serving.protos._pool.POOL` instead of protobuf's default
-pool (see ``_pool.py`` for why).
+pool (see ``_pool.py`` for why), and their imports of each other at ``serving.protos`` (protoc
+writes ``from tensorflow.core.example import feature_pb2``, which would load TensorFlow's own).
 """
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 _DEFAULT_POOL = "DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile("
 _OUR_POOL = "from serving.protos import _pool\nDESCRIPTOR = _pool.POOL.AddSerializedFile("
+_IMPORT = re.compile(r"^from ([\w.]+) import (\w+_pb2)\b", re.M)
 _INIT = '"""Generated protobuf code; see serving/protos/generate.py."""\n'
 
 
@@ -29,8 +32,15 @@ def main() -> None:
     if protoc.main([*args, *protos]) != 0:
         raise SystemExit("protoc failed")
     generated = [*HERE.rglob("*_pb2.py"), *HERE.rglob("*_pb2.pyi")]
+    ours = {p.relative_to(HERE).with_suffix("").as_posix().replace("/", ".") for p in generated}
+
+    def local_import(match: re.Match[str]) -> str:
+        module = f"{match.group(1)}.{match.group(2)}"
+        return f"from serving.protos.{match.group(1)} import {match.group(2)}" if module in ours else match.group(0)
+
     for path in generated:
-        path.write_text(path.read_text().replace(_DEFAULT_POOL, _OUR_POOL))
+        text = path.read_text().replace(_DEFAULT_POOL, _OUR_POOL)
+        path.write_text(_IMPORT.sub(local_import, text))
     for directory in {p.parent for p in generated}:
         while directory != HERE:
             init = directory / "__init__.py"

@@ -2,8 +2,9 @@
 
     python -m tests.api.fake_serving --rest-port 8501 [--grpc-port 8500] [--models fraud,digits]
 
-It "serves" every model named in `--models` as version 1, AVAILABLE, and answers any
-predict with `fake_scores`: for each input row, 1 / (1 + exp(-sum(row))), as an output
+It "serves" every model named in `--models` as version 1, AVAILABLE, with the example
+exports' SignatureDefs as its metadata (`SIGNATURES`), and answers any predict with
+`fake_scores`: for each input row, 1 / (1 + exp(-sum(row))), as an output
 named after the model's real one (`fraud_score`, shape [batch, 1]). Tests compare the
 API's answers to that function, which proves rows travel and come back in order.
 
@@ -33,6 +34,31 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 OUTPUT_NAMES = {"fraud": "fraud_score", "digits": "probabilities"}
+
+# The `serving_default` SignatureDefs of the example exports (`saved_model_cli show`):
+# alias -> (dtype, shape), for model metadata (the API's readiness checks them).
+SIGNATURES: dict[str, tuple[dict[str, tuple[str, list[int]]], dict[str, tuple[str, list[int]]]]] = {
+    "fraud": ({"features": ("DT_FLOAT", [-1, 11])}, {"fraud_score": ("DT_FLOAT", [-1, 1])}),
+    "digits": ({"image": ("DT_FLOAT", [-1, 8, 8, 1])}, {"probabilities": ("DT_FLOAT", [-1, 10])}),
+}
+
+
+def signature_def_json(name: str) -> dict[str, Any]:
+    """`signature_def` of TF Serving's REST metadata answer for model `name`."""
+
+    def infos(tensors: dict[str, tuple[str, list[int]]]) -> dict[str, Any]:
+        return {
+            alias: {
+                "dtype": dtype,
+                "tensor_shape": {"dim": [{"size": str(d), "name": ""} for d in shape], "unknown_rank": False},
+                "name": f"serving_default_{alias}:0",
+            }
+            for alias, (dtype, shape) in tensors.items()
+        }
+
+    inputs, outputs = SIGNATURES.get(name, ({}, {}))
+    signature = {"inputs": infos(inputs), "outputs": infos(outputs), "method_name": "tensorflow/serving/predict"}
+    return {"signature_def": {"serving_default": signature}}
 
 
 def fake_score(row: Sequence[float]) -> float:
@@ -70,6 +96,9 @@ def rest_app(model: FakeModel) -> Starlette:
         name = name.split("/")[0]
         if name not in model.models:
             return error(404, f"Servable not found for request: Latest({name})")
+        if request.method == "GET" and rest.endswith("/metadata"):
+            spec = {"name": name, "signature_name": "", "version": "1"}
+            return JSONResponse({"model_spec": spec, "metadata": {"signature_def": signature_def_json(name)}})
         if request.method == "GET" and not verb:
             status = {"version": "1", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}
             return JSONResponse({"model_version_status": [status]})
@@ -111,9 +140,11 @@ def _flatten(value: Any) -> list[float]:
     return [float(value)]
 
 
-async def grpc_server(model: FakeModel, port: int) -> Any:
+async def grpc_server(model: FakeModel, port: int, host: str = "127.0.0.1") -> Any:
     import grpc
+    from tensorflow.core.framework import types_pb2
     from tensorflow_serving.apis import (  # official stubs: imports TensorFlow
+        get_model_metadata_pb2,
         get_model_status_pb2,
         model_service_pb2_grpc,
         predict_pb2,
@@ -147,6 +178,27 @@ async def grpc_server(model: FakeModel, port: int) -> Any:
             out.tensor_content = struct.pack(f"<{len(scores)}f", *scores)
             return response
 
+        async def GetModelMetadata(self, request: Any, context: Any) -> Any:  # noqa: N802
+            name = request.model_spec.name
+            if name not in model.models:
+                await context.abort(grpc.StatusCode.NOT_FOUND, f"Servable not found for request: Latest({name})")
+            signatures = get_model_metadata_pb2.SignatureDefMap()
+            signature = signatures.signature_def["serving_default"]
+            signature.method_name = "tensorflow/serving/predict"
+            inputs, outputs = SIGNATURES.get(name, ({}, {}))
+            for tensors, target in ((inputs, signature.inputs), (outputs, signature.outputs)):
+                for alias, (dtype, shape) in tensors.items():
+                    info = target[alias]
+                    info.name = f"serving_default_{alias}:0"
+                    info.dtype = types_pb2.DataType.Value(dtype)
+                    for size in shape:
+                        info.tensor_shape.dim.add().size = size
+            response = get_model_metadata_pb2.GetModelMetadataResponse()
+            response.model_spec.name = name
+            response.model_spec.version.value = 1
+            response.metadata["signature_def"].Pack(signatures)
+            return response
+
     class Models(model_service_pb2_grpc.ModelServiceServicer):
         async def GetModelStatus(self, request: Any, context: Any) -> Any:  # noqa: N802
             name = request.model_spec.name
@@ -161,15 +213,15 @@ async def grpc_server(model: FakeModel, port: int) -> Any:
     server = grpc.aio.server()
     prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(Prediction(), server)
     model_service_pb2_grpc.add_ModelServiceServicer_to_server(Models(), server)
-    server.add_insecure_port(f"127.0.0.1:{port}")
+    server.add_insecure_port(f"{host}:{port}")
     await server.start()
     return server
 
 
 async def main(args: argparse.Namespace) -> None:
     model = FakeModel(args.models.split(","))
-    grpc = await grpc_server(model, args.grpc_port) if args.grpc_port else None
-    config = uvicorn.Config(rest_app(model), host="127.0.0.1", port=args.rest_port, log_level="warning")
+    grpc = await grpc_server(model, args.grpc_port, args.host) if args.grpc_port else None
+    config = uvicorn.Config(rest_app(model), host=args.host, port=args.rest_port, log_level="warning")
     server = uvicorn.Server(config)
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, lambda: setattr(server, "should_exit", True))
@@ -181,6 +233,7 @@ async def main(args: argparse.Namespace) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rest-port", type=int, required=True)
+    parser.add_argument("--host", default="127.0.0.1", help="address both ports bind to")
     parser.add_argument("--grpc-port", type=int, default=0)
     parser.add_argument("--models", default="fraud,digits")
     asyncio.run(main(parser.parse_args()))

@@ -16,11 +16,11 @@ from typing import Any
 
 import httpx
 
-from api.features import extract_features
-from api.schemas import Transaction
+from api.examples.fraud.features import extract_features
+from api.examples.fraud.schemas import Transaction
 from models.transactions import generate_transactions
 from tests.api.fake_serving import fake_score
-from tests.support import Proc, free_port, start_api, wait_until
+from tests.support import Proc, free_port, http_ok, start_api, wait_until
 
 
 def transactions(n: int, seed: int = 7) -> list[dict[str, Any]]:
@@ -35,13 +35,6 @@ def expected_score(body: dict[str, Any]) -> float:
 
 def get_json(url: str) -> Any:
     return httpx.get(url, timeout=5).json()
-
-
-def answers_ok(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=1.0).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 @dataclass
@@ -82,7 +75,7 @@ def wait_ready(*fakes: FakeServing) -> None:
 
         def ready(fake: FakeServing = fake) -> bool:
             assert fake.proc.alive(), fake.proc.log()
-            return answers_ok(fake.url + "/v1/models/fraud")
+            return http_ok(fake.url + "/v1/models/fraud")
 
         wait_until(ready, 120, f"fake serving on port {fake.rest_port}")
 
@@ -102,8 +95,9 @@ class Api:
     url: str
 
 
-def start_api_process(tmp: Path, name: str, serving_url: str, **env: str) -> Api:
-    """Start the API and wait until /readyz is 200 (serving reachable, model AVAILABLE)."""
+def start_api_process(tmp: Path, name: str, serving_url: str, ready_path: str = "/readyz", **env: str) -> Api:
+    """Start the API and wait until `ready_path` is 200 (/readyz: serving reachable, every
+    route's model AVAILABLE with its signature; /healthz: the process is up)."""
     port = free_port()
     env = {"EVENTS_JSONL_PATH": str(tmp / f"{name}-events.jsonl"), "ACCESS_LOG": "false", **env}
     proc = start_api(port, serving_url, tmp / f"{name}.log", **env)
@@ -111,9 +105,9 @@ def start_api_process(tmp: Path, name: str, serving_url: str, **env: str) -> Api
 
     def ready() -> bool:
         assert proc.alive(), proc.log()
-        return answers_ok(api.url + "/readyz")
+        return http_ok(api.url + ready_path)
 
-    wait_until(ready, 60, f"API {name} /readyz")
+    wait_until(ready, 60, f"API {name} {ready_path}")
     return api
 
 

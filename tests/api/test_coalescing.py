@@ -11,7 +11,6 @@ import asyncio
 
 import pytest
 
-from api.coalescing import CoalescingClient, batch_key, merge_requests, split_response
 from api.deadlines import Deadline
 from api.serving_client import (
     DataType,
@@ -24,6 +23,7 @@ from api.serving_client import (
     ServingTimeout,
     Tensor,
 )
+from api.serving_client._coalescing import CoalescingClient, batch_key, merge_requests, split_response
 
 pytestmark = pytest.mark.anyio
 SPEC = ModelSpec("fraud", "serving_default", 1)

@@ -1,39 +1,30 @@
-"""`POST /v1/digits/classify` in process: upload limits and input errors, and the
-classifier's contract with serving through the REST client's `MockClient` (the production
-seam).
+"""`POST /v1/digits/classify` in process: upload limits and input errors, and the route's
+contract with serving through a fake `ServingClient` (tests.api.fake_client; the wire formats
+are the transports' own tests').
 
-The route tests point the app at a port where nothing listens: every case here is
+The input tests point the app at a port where nothing listens: every case there is
 answered before serving would be called (serving itself is covered end to end in
 tests/test_digits_end_to_end.py).
 """
 
 from __future__ import annotations
 
-import contextlib
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
-import numpy as np
-import orjson
 import pytest
 from fastapi.testclient import TestClient
 
 from api.app import create_app
-from api.deadlines import Deadline
-from api.digits import Classes, DigitClassifier, images_tensor
-from api.routes.digits import MULTIPART_ALLOWANCE_BYTES
-from api.scoring import ServedModel
-from api.serving_client import (
-    DataType,
-    RestTransport,
-    ServingBadResponse,
-    ServingNotFound,
-)
-from api.serving_client._http1 import MockClient, Request, Response
+from api.examples.digits import route as digits_route
+from api.route_config import MULTIPART_ALLOWANCE_BYTES
+from api.serving_client import DataType, PredictRequest, Tensor
 from api.settings import Settings
 from models.digits_data import encode, load_split, render
+from tests.api.fake_client import FakeClient, FakeModel, signature_info
 from tests.support import REPO
 
 URL = "/v1/digits/classify"
@@ -47,7 +38,7 @@ def png() -> bytes:
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[TestClient]:
-    settings = Settings(serving_url="http://127.0.0.1:9", digits_max_image_bytes=IMAGE_LIMIT)
+    settings = Settings(serving_url="http://127.0.0.1:9", models={"digits": {"max_body_bytes": IMAGE_LIMIT}})
     with TestClient(create_app(settings)) as c:
         yield c
 
@@ -163,130 +154,72 @@ def test_openapi_documents_the_upload(client: TestClient) -> None:
     assert {"200", "413", "422", "503"} <= set(op["responses"])
 
 
-# --- DigitClassifier against a fake TF Serving REST API (MockClient) -----------------
-
-
-def json_response(status: int, body: object) -> Response:
-    content = orjson.dumps(body)
-    return Response(status, "", {"content-type": "application/json"}, content)
-
-
-class FakeServing:
-    """Answers model status and predict like TF Serving's REST API, recording calls."""
-
-    def __init__(
-        self, *, versions: list[int], outputs: object, missing: frozenset[int] = frozenset()
-    ) -> None:
-        self.versions = versions
-        self.outputs = outputs
-        self.missing = missing
-        self.predicts: list[tuple[str, dict]] = []
-
-    def __call__(self, request: Request) -> Response:
-        path = request.path
-        if request.method == "GET" and path == "/v1/models/digits":
-            return json_response(
-                200,
-                {
-                    "model_version_status": [
-                        {"version": str(v), "state": "AVAILABLE", "status": {"error_code": "OK"}}
-                        for v in self.versions
-                    ]
-                },
-            )
-        if request.method == "POST" and path.endswith(":predict"):
-            body = orjson.loads(request.body)
-            self.predicts.append((path, body))
-            version = int(path.split("/versions/")[1].split(":")[0])
-            if version in self.missing:
-                return json_response(404, {"error": f"Servable not found: version {version}"})
-            return json_response(200, {"outputs": self.outputs})
-        return json_response(404, {"error": "no such path"})
-
-
-GRID = [[[float(r + c)] for c in range(8)] for r in range(8)]
-
-
-async def classify_with(fake: FakeServing, n_images: int = 1) -> Classes:
-    http = MockClient(fake)
-    async with contextlib.aclosing(http):
-        transport = RestTransport(
-            http, "http://serving:8501", call_timeout_s=2.0, connect_timeout_s=0.5
-        )
-        classifier = DigitClassifier(
-            ServedModel(
-                transport,
-                model_name="digits",
-                signature_name="serving_default",
-                version_ttl_s=60.0,
-                status_timeout_s=2.0,
-            )
-        )
-        return await classifier.classify([GRID] * n_images, Deadline.after(5.0))
+# --- the route against a fake serving client ------------------------------------------
 
 
 def probs(hot: int) -> list[float]:
     return [0.91 if d == hot else 0.01 for d in range(10)]
 
 
-@pytest.mark.anyio
-async def test_classifier_sends_the_signature_and_pins_the_version() -> None:
-    fake = FakeServing(versions=[1, 2], outputs=[probs(7), probs(2)])
-    classes = await classify_with(fake, n_images=2)
-    assert classes.version == 2
-    assert classes.probabilities == [probs(7), probs(2)]
-    [(path, body)] = fake.predicts
-    assert path == "/v1/models/digits/versions/2:predict"
-    assert body.get("signature_name", "serving_default") == "serving_default"
-    image = body["inputs"]["image"] if "inputs" in body else [i["image"] for i in body["instances"]]
-    assert np.asarray(image).shape == (2, 8, 8, 1)
-    assert image[0][3][5] == [8.0]  # row-major [batch, row, col, channel]
+def classify_with(tmp_path: Path, png: bytes, model: FakeModel) -> tuple[httpx.Response, FakeClient]:
+    fake = FakeClient({"digits": model})
+    settings = Settings(model_routes=["digits"], events_jsonl_path=tmp_path / "events.jsonl")
+    with TestClient(create_app(settings, open_client=fake.opener)) as c:
+        return c.post(URL, files={"image": ("d.png", png, "image/png")}), fake
 
 
-@pytest.mark.anyio
-async def test_classifier_accepts_the_named_output_too() -> None:
-    fake = FakeServing(versions=[1], outputs={"probabilities": [probs(4)]})
-    assert (await classify_with(fake)).probabilities == [probs(4)]
+def digits_model(answer: object, **kwargs: object) -> FakeModel:
+    served = {"serving_default": signature_info(digits_route.signature)}
+    return FakeModel(served, answer, **kwargs)  # type: ignore[arg-type]
 
 
-@pytest.mark.anyio
-async def test_classifier_rereads_status_once_when_the_version_went_away() -> None:
-    fake = FakeServing(versions=[3], outputs=[probs(1)], missing=frozenset({3}))
-    with pytest.raises(ServingNotFound):
-        await classify_with(fake)
-    assert [p for p, _ in fake.predicts] == ["/v1/models/digits/versions/3:predict"] * 2
+def test_the_route_sends_the_grid_and_pins_the_latest_version(tmp_path: Path, png: bytes) -> None:
+    answer = {"probabilities": Tensor((1, 10), probs(7))}
+    model = digits_model(lambda r: answer, versions={1: "AVAILABLE", 2: "AVAILABLE"})
+    r, fake = classify_with(tmp_path, png, model)
+    assert r.status_code == 200, r.text
+    assert r.json() == {"digit": 7, "probabilities": probs(7), "model": {"name": "digits", "version": 2}}
+    assert r.headers["x-model-version"] == "2"
+    [request] = fake.predicts
+    spec = request.model_spec
+    assert (spec.name, spec.signature_name, spec.version) == ("digits", "serving_default", 2)
+    image = request.inputs["image"]
+    assert image.shape == (1, 8, 8, 1) and image.dtype == DataType.DT_FLOAT
+    assert max(image.values) == 16.0  # the preprocessed grid: 0..16, the darkest cell 16
 
 
-@pytest.mark.anyio
+def test_a_single_unnamed_output_is_the_one_asked_for(tmp_path: Path, png: bytes) -> None:
+    # TF Serving's REST answer for a one-output signature does not name it.
+    r, _ = classify_with(tmp_path, png, digits_model(lambda req: {"": Tensor((1, 10), probs(4))}))
+    assert r.status_code == 200 and r.json()["digit"] == 4
+
+
+def test_the_version_is_read_again_once_when_it_went_away(tmp_path: Path, png: bytes) -> None:
+    model = digits_model(lambda r: {"probabilities": Tensor((1, 10), probs(1))}, versions={3: "AVAILABLE"}, gone={3})
+    r, fake = classify_with(tmp_path, png, model)
+    assert r.status_code == 503 and r.json()["code"] == "serving_misconfigured"
+    assert [p.model_spec.version for p in fake.predicts] == [3, 3]
+
+
 @pytest.mark.parametrize(
     "outputs",
     [
-        [[0.1] * 9],  # 9 classes
-        [probs(1), probs(2)],  # 2 rows for 1 image
-        [[0.1] * 9 + [2.0]],  # not a probability
-        [[0.1] * 9 + [None]],
-        [["a"] * 10],
-        "nonsense",
+        {"probabilities": Tensor((1, 9), [0.1] * 9)},  # 9 classes
+        {"probabilities": Tensor((2, 10), probs(1) + probs(2))},  # 2 rows for 1 image
+        {"probabilities": Tensor((1, 10), [0.1] * 9 + [2.0])},  # not a probability
+        {"probabilities": Tensor((1, 10), [0.1] * 9 + [float("nan")])},
+        {"probabilities": Tensor((1, 10), [b"a"] * 10)},  # not numbers
+        {"probabilities": Tensor((10,), [0.1] * 10)},  # no batch dimension
+        {"other": Tensor((1, 10), probs(1))},  # not the output asked for
     ],
 )
-async def test_classifier_refuses_a_malformed_answer(outputs: object) -> None:
-    with pytest.raises(ServingBadResponse):
-        await classify_with(FakeServing(versions=[1], outputs=outputs))
+def test_a_malformed_answer_is_502(tmp_path: Path, png: bytes, outputs: dict[str, Tensor]) -> None:
+    def answer(request: PredictRequest) -> dict[str, Tensor]:
+        return outputs
 
-
-def test_images_tensor_checks_the_grid() -> None:
-    tensor = images_tensor([GRID, GRID])
-    assert tensor.shape == (2, 8, 8, 1) and tensor.dtype == DataType.DT_FLOAT
-    assert tensor.values[3 * 8 + 5] == 8.0
-    with pytest.raises(ValueError, match="8×8×1"):
-        images_tensor([GRID[:7]])
-    with pytest.raises(ValueError, match="at least one"):
-        images_tensor([])
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
+    r, _ = classify_with(tmp_path, png, digits_model(answer))
+    assert r.status_code == 502, r.text
+    assert r.json()["code"] == "serving_bad_response"
 
 
 PROBE = """

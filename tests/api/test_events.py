@@ -33,12 +33,13 @@ from tests.support import (
 FIELDS = {
     "ts",
     "request_id",
-    "transaction_id",
-    "score",
-    "is_fraud",
+    "route",
     "model_name",
     "model_version",
+    "input_id",
+    "outputs",
     "latency_ms",
+    "fields",
 }
 
 
@@ -49,14 +50,15 @@ def anyio_backend() -> str:
 
 def event(i: int) -> ScoreEvent:
     return ScoreEvent(
+        ts=1_795_000_000.5 + i,
         request_id=f"req-{i}",
-        transaction_id=f"t-{i}",
-        score=i / 100,
-        is_fraud=i >= 50,
+        route="fraud",
         model_name="fraud",
         model_version=1,
+        input_id=f"t-{i}",
+        outputs={"fraud_score": [i / 100]},
         latency_ms=1.25 + i,
-        ts=1_795_000_000.5 + i,
+        fields={"is_fraud": i >= 50},
     )
 
 
@@ -112,7 +114,7 @@ async def test_file_sink_gets_every_event_in_order_after_close(tmp_path: Path) -
         assert pub.publish(event(i))
     await pub.aclose()
     rows = [json.loads(line) for line in path.read_text().splitlines()]
-    assert [r["transaction_id"] for r in rows] == [f"t-{i}" for i in range(30)]
+    assert [r["input_id"] for r in rows] == [f"t-{i}" for i in range(30)]
     assert outcome_counts(metrics)["written"] == 30
     assert not pub.publish(event(99))  # closed: dropped, not queued
     await pub.aclose()  # idempotent
@@ -128,7 +130,7 @@ async def test_batches_never_exceed_batch_size() -> None:
     sink.release.set()
     await pub.aclose()
     assert [len(b) for b in sink.batches] and max(len(b) for b in sink.batches) <= 4
-    assert [e.transaction_id for b in sink.batches for e in b] == [f"t-{i}" for i in range(10)]
+    assert [e.input_id for b in sink.batches for e in b] == [f"t-{i}" for i in range(10)]
     assert sink.closed
 
 
@@ -145,7 +147,7 @@ async def test_full_queue_drops_and_counts_without_blocking() -> None:
     assert outcome_counts(metrics)["dropped_queue_full"] == 15
     sink.release.set()
     await pub.aclose()
-    written = [e.transaction_id for b in sink.batches for e in b]
+    written = [e.input_id for b in sink.batches for e in b]
     assert written == [f"t-{i}" for i in range(6)]
     assert outcome_counts(metrics)["written"] == 6
 
@@ -166,7 +168,7 @@ async def test_sink_failure_drops_that_batch_and_the_writer_goes_on() -> None:
     counts = outcome_counts(metrics)
     assert counts["dropped_sink_error"] == 3
     assert counts["written"] == 2
-    assert [e.transaction_id for b in sink.batches for e in b] == ["t-3", "t-4"]
+    assert [e.input_id for b in sink.batches for e in b] == ["t-3", "t-4"]
 
 
 @pytest.mark.anyio
@@ -241,9 +243,9 @@ def test_api_writes_exactly_one_event_per_scored_request_by_shutdown(
     for r in rows:
         answer = sent[r["request_id"]]
         assert set(r) == FIELDS
-        assert r["transaction_id"] == answer["transaction_id"]
-        assert r["score"] == answer["fraud_score"]
-        assert r["is_fraud"] == answer["is_fraud"]
+        assert (r["route"], r["input_id"]) == ("fraud", answer["transaction_id"])
+        assert r["outputs"] == {"fraud_score": [answer["fraud_score"]]}
+        assert r["fields"] == {"is_fraud": answer["is_fraud"]}
         assert (r["model_name"], r["model_version"]) == (
             answer["model"]["name"],
             answer["model"]["version"],

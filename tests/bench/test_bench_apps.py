@@ -13,8 +13,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 from fastapi.testclient import TestClient  # noqa: E402
 
-from api.features import N_FEATURES, extract_features  # noqa: E402
-from api.schemas import Transaction  # noqa: E402
+from api.examples.fraud.features import N_FEATURES, extract_features  # noqa: E402
+from api.examples.fraud.schemas import Transaction  # noqa: E402
 from bench.apps.common import model_dir, model_version  # noqa: E402
 from bench.workload import body_pool  # noqa: E402
 

@@ -21,7 +21,7 @@ import pytest
 from tensorflow_serving.apis import predict_pb2
 
 from bench.load import LoadToolError
-from bench.processes import REPO, SetupError, free_port
+from bench.processes import SetupError
 from bench.serving_tier.counters import ServerCounters, check_server_counts, parse_counters
 from bench.serving_tier.grpc_load import check_predict, choose_generator, h2load_load
 from bench.serving_tier.h2load import h2load_command, parse_h2load, run_tool
@@ -37,7 +37,7 @@ from bench.serving_tier.workload import (
     write_grpc_body,
     write_rest_pool,
 )
-from tests.support import wait_until
+from tests.support import REPO, free_port, wait_until
 
 DATA = Path(__file__).parent / "data"
 

@@ -11,7 +11,7 @@ import orjson
 import pytest
 from fastapi.testclient import TestClient
 
-from api.schemas import Transaction
+from api.examples.fraud.schemas import Transaction
 from bench.__main__ import default_pinning, jobs_for
 from bench.apps import ceiling
 from bench.plan import QUICK
@@ -73,8 +73,9 @@ def test_the_split_is_started_by_run_server_with_only_ports_and_files_set(tmp_pa
     env = split_environment(FRAUD, api_port=1, rest_port=2, grpc_port=3, run_dir=tmp_path, tag="t")
     config = Path(env["MODEL_CONFIG_FILE"]).read_text()
     assert '    name: "fraud"\n' in config and "digits" not in config  # the model tuned loads
+    assert env["MODEL_ROUTES"] == "fraud"  # the route of the one model serving has
     sizing = {"WEB_CONCURRENCY", "SERVING_ARGS", "OMP_NUM_THREADS", "COALESCING_ENABLED",
-              "SERVING_PROTOCOL", "FRAUD_MODEL_NAME"}
+              "SERVING_PROTOCOL", "MODELS__FRAUD__MODEL_NAME"}
     assert not sizing & env.keys()
     assert (env["API_PORT"], env["REST_API_PORT"], env["GRPC_PORT"]) == ("1", "2", "3")
     assert env["API_HOST"] == "127.0.0.1"
@@ -83,7 +84,7 @@ def test_the_split_is_started_by_run_server_with_only_ports_and_files_set(tmp_pa
 def test_another_workload_is_served_under_the_fraud_route(tmp_path: Path) -> None:
     env = split_environment(FRAUD_TRANSFORMER, api_port=1, rest_port=2, grpc_port=3,
                             run_dir=tmp_path, tag="t")
-    assert env["FRAUD_MODEL_NAME"] == "fraud_transformer"
+    assert env["MODELS__FRAUD__MODEL_NAME"] == "fraud_transformer"
     config = Path(env["MODEL_CONFIG_FILE"]).read_text()
     assert '    name: "fraud_transformer"\n' in config  # on its own line: run-server.sh reads it so
     assert f'base_path: "{FRAUD_TRANSFORMER.base_path}"' in config

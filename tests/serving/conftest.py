@@ -1,11 +1,12 @@
-"""Fixtures for the serving tests (helpers live in ``serving_testlib``)."""
+"""Fixtures for the serving tests (helpers live in :mod:`tests.serving.serving_testlib`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from serving_testlib import export_models
+
+from tests.serving.serving_testlib import export_models
 
 
 @pytest.fixture(scope="session")

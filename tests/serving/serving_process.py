@@ -11,24 +11,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
-from serving_testlib import REPO_ROOT, free_port
+
+from tests.support import REPO, free_port, wait_until
 
 DEADLINE_S = 90.0
-
-
-def wait_until(predicate: Callable[[], bool], what: str, timeout_s: float = DEADLINE_S) -> None:
-    """Poll ``predicate`` every 50 ms; raise ``AssertionError`` after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
 def write_atomically(path: Path, text: str) -> None:
@@ -59,7 +49,7 @@ class ServingProcess:
                     "--tensorflow_inter_op_parallelism=1",
                     *flags,
                 ],
-                cwd=REPO_ROOT,
+                cwd=REPO,
                 stdout=sink,
                 stderr=subprocess.STDOUT,
                 env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
@@ -86,8 +76,8 @@ class ServingProcess:
         """Wait until each listed version of ``model`` is in its state."""
         wait_until(
             lambda: all(self.states(model).get(v) == s for v, s in expected.items()),
-            f"{model} {expected} (log:\n{self.log()[-3000:]})",
             timeout_s,
+            f"{model} {expected} (log:\n{self.log()[-3000:]})",
         )
 
     def stop(self, signum: int = signal.SIGTERM, timeout_s: float = 60.0) -> int:

@@ -1,4 +1,4 @@
-"""Helpers for the serving tests: tiny SavedModels exported here (no downloads), free ports.
+"""Helpers for the serving tests: tiny SavedModels exported here (no downloads).
 
 :func:`export_models` writes, each under ``<name>/<version>/``:
 
@@ -16,19 +16,9 @@
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    """A currently free TCP port on 127.0.0.1 (bind to port 0 and let the kernel choose)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _export_tf1(path: Path, build: Callable[[], tuple[dict[str, Any], dict[str, Any]]]) -> None:

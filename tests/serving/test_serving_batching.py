@@ -1,6 +1,6 @@
-"""serving.batching in process: the real scheduler and batch threads, a scripted servable.
+"""serving.batching.batching_session in process: the real scheduler and batch threads, a scripted servable.
 
-The servable is a stand-in for :class:`serving.servable.Servable` behind the same
+The servable is a stand-in for :class:`serving.servables.tensorflow.servable.Servable` behind the same
 ``run_tensors`` seam (the Session interface), so batch formation, queue limits, deadlines and
 failures can be driven deterministically: a gate holds the batch thread busy while the next
 requests queue up. End-to-end batching through ``python -m serving`` is in
@@ -20,15 +20,17 @@ from typing import TypeVar
 
 import numpy as np
 import pytest
-from serving_testlib import REPO_ROOT
 
-from serving import batching
-from serving.batching import BatchingOptions, BatchingSession
-from serving.errors import Code, ServingError
-from serving.executor import BlockingExecutor
-from serving.flags import parse_flags
-from serving.manager import ServableHandle
-from serving.metrics import ServingMetrics
+from serving.batching import batching_options
+from serving.batching.batching_options import BatchingOptions
+from serving.batching.batching_session import BatchingSession
+from serving.core.servable_handle import ServableHandle
+from serving.model_servers import server_config
+from serving.model_servers.flags import parse_flags
+from serving.util.errors import Code, ServingError
+from serving.util.executor import BlockingExecutor
+from serving.util.metrics import ServingMetrics
+from tests.support import REPO
 
 _T = TypeVar("_T")
 FETCHES = ("y:0", "tag:0")
@@ -575,7 +577,7 @@ def test_parameters_file_fields(tmp_path: Path) -> None:
         "allowed_batch_sizes: 32 allowed_batch_sizes: 128\n"
         "pad_variable_length_inputs: true\n"
     )
-    options = batching.batching_options(
+    options = server_config.batching_options(
         parse_flags(
             ["--model_base_path=/m", "--enable_batching", f"--batching_parameters_file={path}"]
         )
@@ -591,7 +593,7 @@ def test_parameters_file_fields(tmp_path: Path) -> None:
     )
     assert options is not None and options.num_batch_threads >= 1  # the schedulable CPUs
     assert options.execution_batch_size_limit == 128  # no splitting: max_batch_size
-    assert batching.batching_options(parse_flags(["--model_base_path=/m"])) is None
+    assert server_config.batching_options(parse_flags(["--model_base_path=/m"])) is None
 
 
 def test_parameters_file_with_large_batch_splitting(tmp_path: Path) -> None:
@@ -603,17 +605,17 @@ def test_parameters_file_with_large_batch_splitting(tmp_path: Path) -> None:
         "allowed_batch_sizes: 8 allowed_batch_sizes: 32\n"
     )
     flags = ["--model_base_path=/m", "--enable_batching", f"--batching_parameters_file={path}"]
-    options = batching.batching_options(parse_flags(flags))
+    options = server_config.batching_options(parse_flags(flags))
     assert options is not None
     assert (options.max_batch_size, options.execution_batch_size_limit) == (256, 32)
     assert options.enable_large_batch_splitting and options.allowed_batch_sizes == (8, 32)
     # Without max_execution_batch_size a batch holds max_batch_size rows, as without splitting;
     # without enable_large_batch_splitting, max_execution_batch_size is ignored (as TF does).
     path.write_text("max_batch_size { value: 64 } enable_large_batch_splitting { value: true }")
-    options = batching.batching_options(parse_flags(flags))
+    options = server_config.batching_options(parse_flags(flags))
     assert options is not None and options.execution_batch_size_limit == 64
     path.write_text("max_batch_size { value: 64 } max_execution_batch_size { value: 8 }")
-    options = batching.batching_options(parse_flags(flags))
+    options = server_config.batching_options(parse_flags(flags))
     assert options is not None and options.execution_batch_size_limit == 64
 
 
@@ -699,7 +701,7 @@ def test_bad_parameters_are_refused_with_tf_servings_messages(
         ["--model_base_path=/m", "--enable_batching", f"--batching_parameters_file={path}"]
     )
     with pytest.raises(ServingError) as info:
-        batching.batching_options(flags)
+        server_config.batching_options(flags)
     assert (info.value.code, info.value.message) == (Code.INVALID_ARGUMENT, message)
 
 
@@ -707,10 +709,10 @@ def test_a_malformed_parameters_file_is_invalid_argument(tmp_path: Path) -> None
     path = tmp_path / "batching.config"
     path.write_text("max_batch_size: 12")  # a wrapper message, not a scalar
     with pytest.raises(ServingError) as info:
-        batching.read_batching_parameters_file(str(path))
+        batching_options.read_batching_parameters_file(str(path))
     assert info.value.message.startswith(f"Invalid protobuf file: '{path}'")
     with pytest.raises(ServingError) as info:
-        batching.read_batching_parameters_file(str(tmp_path / "missing"))
+        batching_options.read_batching_parameters_file(str(tmp_path / "missing"))
     assert "Could not read batching parameters file" in info.value.message
 
 
@@ -727,7 +729,7 @@ def test_a_bad_parameters_file_fails_start_up_in_one_line(tmp_path: Path) -> Non
             "--enable_batching",
             f"--batching_parameters_file={path}",
         ],
-        cwd=REPO_ROOT,
+        cwd=REPO,
         capture_output=True,
         text=True,
         timeout=60,

@@ -21,9 +21,8 @@ import grpc
 import httpx
 import numpy as np
 import pytest
-from serving_testlib import free_port
 
-from tests.support import Proc, start_serving, wait_until
+from tests.support import Proc, free_port, start_serving, wait_until
 
 ROWS_PER_REQUEST = 2
 CALLERS = 8

@@ -15,19 +15,17 @@ import pytest
 from tensorflow.core.example.example_pb2 import Example
 from tensorflow.core.protobuf.meta_graph_pb2 import SignatureDef
 
-from serving.classify_regress import (
-    CLASSIFY_METHOD_NAME,
-    REGRESS_METHOD_NAME,
-    ClassificationResult,
+from serving.apis import ClassificationResult
+from serving.protos.tensorflow.core.example.example_pb2 import Example as ExampleOfOurs
+from serving.servables.tensorflow.classifier import (
     classification_signature,
     postprocess_classification,
-    postprocess_regression,
     preprocess_classification,
-    preprocess_regression,
-    regression_signature,
 )
-from serving.errors import Code, ServingError
-from serving.json_example import (
+from serving.servables.tensorflow.inference_call import CLASSIFY_METHOD_NAME, REGRESS_METHOD_NAME
+from serving.servables.tensorflow.regressor import postprocess_regression, preprocess_regression, regression_signature
+from serving.util.errors import Code, ServingError
+from serving.util.json_example import (
     decode_example_request,
     encode_classification_result,
     encode_regression_result,
@@ -234,6 +232,24 @@ def test_json_features_become_typed_feature_lists() -> None:
     assert list(feature["b"].bytes_list.value) == [b"\x00\xff"]
     assert list(feature["mixed_bytes"].bytes_list.value) == [b"a", b"b"]
     assert feature["empty"].WhichOneof("kind") is None
+
+
+
+def test_json_examples_are_what_tensorflow_would_build() -> None:
+    """The codec's own tf.Example protos (serving/protos) speak TensorFlow's wire format."""
+    (serialized,) = decode_example_request(
+        json.dumps({"examples": [{"f": 1.5, "il": [1, -2], "s": "text", "empty": []}]}).encode()
+    )[1]
+    expected = Example()
+    expected.features.feature["f"].float_list.value.append(1.5)
+    expected.features.feature["il"].int64_list.value.extend([1, -2])
+    expected.features.feature["s"].bytes_list.value.append(b"text")
+    expected.features.feature["empty"].SetInParent()
+    assert Example.FromString(serialized) == expected
+    # Map entries may come in any order; with deterministic (sorted) output the bytes are equal.
+    assert expected.SerializeToString(deterministic=True) == ExampleOfOurs.FromString(
+        serialized
+    ).SerializeToString(deterministic=True)
 
 
 def test_json_context_is_prepended_to_each_example() -> None:

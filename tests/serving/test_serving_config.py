@@ -1,4 +1,5 @@
-"""Unit tests for serving.flags, serving.config and serving.source (no TensorFlow needed)."""
+"""Unit tests for serving.model_servers.flags, serving.config.model_server_config and
+serving.sources.storage_path.file_system_storage_path_source (no TensorFlow needed)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ from pathlib import Path
 import pytest
 from google.protobuf import text_format
 
-from serving import config as config_module
-from serving import flags, source
-from serving.errors import Code, ServingError
-from serving.flags import FlagError, ServerOptions, parse_flags
+from serving.config import model_server_config as config_module
+from serving.model_servers import flags, server_config
+from serving.model_servers.flags import FlagError, ServerOptions, parse_flags
+from serving.sources.storage_path import file_system_storage_path_source as source
+from serving.util.errors import Code, ServingError
 
 # ---- flags -------------------------------------------------------------------------------------
 
@@ -92,7 +94,7 @@ def test_unimplemented_flags_are_reported() -> None:
     options = parse_flags(["--platform_config_file=/p", "--model_base_path=/m"])
     assert flags.unimplemented_flags(options) == ["platform_config_file"]
     batching = parse_flags(["--enable_batching", "--monitoring_config_file=/m", "--model_base_path=/m"])
-    assert flags.unimplemented_flags(batching) == []  # implemented: serving.batching, .metrics
+    assert flags.unimplemented_flags(batching) == []  # implemented: serving.batching.batching_session, .metrics
     assert flags.unimplemented_flags(ServerOptions()) == []
 
 
@@ -132,14 +134,14 @@ def test_load_config_prefers_the_file(tmp_path: Path) -> None:
     path = tmp_path / "models.config"
     path.write_text(CONFIG)
     options = ServerOptions(model_config_file=str(path), model_base_path="/ignored")
-    assert [m.name for m in config_module.load_config(options).model_config_list.config] == [
+    assert [m.name for m in server_config.load_config(options).model_config_list.config] == [
         "a",
         "b",
     ]
 
 
 def test_single_model_config_matches_tf_serving() -> None:
-    config = config_module.load_config(ServerOptions(model_name="m", model_base_path="/models/m"))
+    config = server_config.load_config(ServerOptions(model_name="m", model_base_path="/models/m"))
     expected = text_format.Parse(
         'model_config_list { config { name: "m" base_path: "/models/m"'
         ' model_platform: "tensorflow" } }',

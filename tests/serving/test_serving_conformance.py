@@ -31,8 +31,8 @@ from tensorflow_serving.apis import (
     prediction_service_pb2_grpc,
     regression_pb2,
 )
-from tf_serving_testdata import HALF_PLUS_TWO_VERSION, classic_models_config, export_testdata
 
+from tests.serving.tf_serving_testdata import HALF_PLUS_TWO_VERSION, classic_models_config, export_testdata
 from tests.support import Proc, free_port, wait_until
 
 READY_DEADLINE_S = 120.0

@@ -1,10 +1,10 @@
-"""Unit tests for serving.errors: the one code -> HTTP table and the one translation table."""
+"""Unit tests for serving.util.errors: the one code -> HTTP table and the one translation table."""
 
 from __future__ import annotations
 
 import pytest
 
-from serving.errors import HTTP_STATUS, Code, ServingError, from_exception
+from serving.util.errors import HTTP_STATUS, Code, ServingError, from_exception
 
 
 def test_http_table_is_tf_servings() -> None:

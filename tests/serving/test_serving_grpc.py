@@ -26,10 +26,11 @@ from tensorflow_serving.apis import (
     prediction_service_pb2_grpc,
 )
 
-from serving import flags
-from serving.errors import Code, ServingError
-from serving.grpc_service import server_arguments, server_credentials, session_timeout_ms
+from serving.model_servers import flags
+from serving.model_servers.grpc_server import server_arguments, server_credentials
+from serving.model_servers.prediction_service_impl import session_timeout_ms
 from serving.protos.tensorflow_serving.config.ssl_config_pb2 import SSLConfig
+from serving.util.errors import Code, ServingError
 from tests.support import REPO, Proc, free_port, wait_until
 
 READY_DEADLINE_S = 120.0

@@ -23,7 +23,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from serving_process import ServingProcess, models_config, wait_until, write_atomically
+
+from tests.serving.serving_process import DEADLINE_S, ServingProcess, models_config, write_atomically
+from tests.support import wait_until
 
 CLIENTS = 8
 MAX_REQUESTS_PER_CLIENT = 3000
@@ -100,7 +102,7 @@ def test_version_swap_under_load_fails_no_request(
     for thread in threads:
         thread.start()
     try:
-        wait_until(lambda: all(len(c.answers) >= 20 for c in clients), "load on version 1")
+        wait_until(lambda: all(len(c.answers) >= 20 for c in clients), DEADLINE_S, "load on version 1")
         # The new version appears atomically; the old one goes right after.
         incoming = models / "swap" / ".2.incoming"
         shutil.copytree(serving_model_dir / "multi" / "2", incoming)
@@ -110,6 +112,7 @@ def test_version_swap_under_load_fails_no_request(
         counts = [len(c.answers) for c in clients]
         wait_until(
             lambda: all(len(c.answers) >= n + 20 for c, n in zip(clients, counts, strict=True)),
+            DEADLINE_S,
             "load on version 2",
         )
     finally:
@@ -156,9 +159,9 @@ def test_config_file_reload_adds_models_and_moves_labels(
     # Labels go on versions that are already AVAILABLE, in a later config change.
     stable = 'version_labels { key: "stable" value: %d }'
     write_atomically(config_file, models_config([swap, labelled(stable % 1)]))
-    wait_until(lambda: answers(server, "labelled/labels/stable", V1_ANSWER), "stable -> 1", 30.0)
+    wait_until(lambda: answers(server, "labelled/labels/stable", V1_ANSWER), 30.0, "stable -> 1")
     write_atomically(config_file, models_config([swap, labelled(stable % 2)]))
-    wait_until(lambda: answers(server, "labelled/labels/stable", V2_ANSWER), "stable -> 2", 30.0)
+    wait_until(lambda: answers(server, "labelled/labels/stable", V2_ANSWER), 30.0, "stable -> 2")
 
     # A label on a version that is not loaded is refused; the running config stays.
     write_atomically(config_file, models_config([swap, labelled(stable % 9)]))
@@ -166,15 +169,15 @@ def test_config_file_reload_adds_models_and_moves_labels(
         "PollFilesystemAndReloadConfig failed to ReloadConfig: Request to assign label to "
         "version 9 of model labelled, which is not currently available for inference"
     )
-    wait_until(lambda: refused in server.log(), "the refusal in the log", 30.0)
+    wait_until(lambda: refused in server.log(), 30.0, "the refusal in the log")
     assert answers(server, "labelled/labels/stable", V2_ANSWER)
 
     # A config that does not parse is logged; the running config stays too.
     write_atomically(config_file, "model_config_list { config { name: ")
     wait_until(
         lambda: "Failed to read ModelServerConfig file: Invalid protobuf file" in server.log(),
-        "the parse error in the log",
         30.0,
+        "the parse error in the log",
     )
     assert answers(server, "labelled/versions/1", V1_ANSWER)
 

@@ -1,4 +1,4 @@
-"""Unit tests for serving.json_tensor (pure: no TensorFlow). Messages are TF Serving's."""
+"""Unit tests for serving.util.json_tensor (pure: no TensorFlow). Messages are TF Serving's."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from serving import json_tensor
-from serving.errors import Code, ServingError
-from serving.json_tensor import JsonFormat, decode_predict_inputs, encode_predict_outputs
+from serving.util import json_tensor
+from serving.util.errors import Code, ServingError
+from serving.util.json_tensor import JsonFormat, decode_predict_inputs, encode_predict_outputs
 
 X_FLOAT = {"x": "DT_FLOAT"}
 AB = {"a": "DT_FLOAT", "b": "DT_FLOAT"}

@@ -1,4 +1,4 @@
-"""serving.lean_import: TensorFlow's optional packages stay out of the model server process.
+"""serving.util.lean_import: TensorFlow's optional packages stay out of the model server process.
 
 Each case runs in a fresh interpreter, since the finder must be installed before
 ``import tensorflow`` and this test process has TensorFlow (and Keras) imported already.
@@ -18,9 +18,9 @@ FRAUD_VERSION = REPO / "models" / "fraud" / "1"
 _SCRIPT = """
 import json, sys
 import numpy as np
-from serving.lean_import import OPTIONAL_PACKAGES, keep_optional_packages_out
+from serving.util.lean_import import OPTIONAL_PACKAGES, keep_optional_packages_out
 installed = keep_optional_packages_out()
-from serving.servable import Servable
+from serving.servables.tensorflow.servable import Servable
 servable = Servable.load(sys.argv[1], intra_op_threads=1, inter_op_threads=1)
 _, outputs = servable.run("serving_default", {"features": np.zeros((2, 11), np.float32)})
 try:

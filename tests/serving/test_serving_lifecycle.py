@@ -24,8 +24,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from serving_process import ServingProcess, models_config, wait_until
-from serving_testlib import REPO_ROOT, free_port
+
+from tests.serving.serving_process import ServingProcess, models_config
+from tests.support import REPO, free_port, wait_until
 
 LOAD_CLIENTS = 4
 MAX_LOAD_REQUESTS = 2000
@@ -142,7 +143,7 @@ def test_sigterm_finishes_in_flight_requests_and_exits_zero(server: ServingProce
     loaders = [threading.Thread(target=load, args=(outcome,)) for outcome in outcomes]
     for thread in loaders:
         thread.start()
-    wait_until(lambda: all(len(o) >= 10 for o in outcomes), "load", WAIT_S)
+    wait_until(lambda: all(len(o) >= 10 for o in outcomes), WAIT_S, "load")
 
     # 2. A request blocked inside Session.run.
     waited: list[httpx.Response] = []
@@ -160,7 +161,7 @@ def test_sigterm_finishes_in_flight_requests_and_exits_zero(server: ServingProce
         response = server.client.post("/v1/models/gate:predict", json=body)
         return int(response.json()["predictions"][0])
 
-    wait_until(lambda: arrivals() == 1, "the wait request inside the model", WAIT_S)
+    wait_until(lambda: arrivals() == 1, WAIT_S, "the wait request inside the model")
 
     # 3. A connection whose next request (the release) has started: status + release headers.
     release_body = json.dumps({"signature_name": "release", "instances": [1.0]}).encode()
@@ -183,7 +184,7 @@ def test_sigterm_finishes_in_flight_requests_and_exits_zero(server: ServingProce
                 return True
             return False
 
-        wait_until(refused, "the listener to close", WAIT_S)
+        wait_until(refused, WAIT_S, "the listener to close")
         assert server.process.poll() is None and not waited  # still draining
 
         # 5. Release: both in-flight requests finish, then the process exits 0.
@@ -212,7 +213,7 @@ def test_sigterm_finishes_in_flight_requests_and_exits_zero(server: ServingProce
 def run_serving(*flags: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "serving", *flags],
-        cwd=REPO_ROOT,
+        cwd=REPO,
         capture_output=True,
         check=False,
         text=True,

@@ -1,4 +1,4 @@
-"""Unit tests for serving.manager with a fake loader (no TensorFlow), and model status."""
+"""Unit tests for serving.core.manager with a fake loader (no TensorFlow), and model status."""
 
 from __future__ import annotations
 
@@ -11,9 +11,11 @@ import pytest
 from google.protobuf import text_format
 
 from serving.apis import ModelSpec
-from serving.config import ModelServerConfig
-from serving.errors import Code, ServingError
-from serving.manager import ManagerState, ServableManager, ServableState
+from serving.config.model_server_config import ModelServerConfig
+from serving.core.manager import ServableManager
+from serving.core.servable_state import ManagerState, ServableState
+from serving.model_servers.get_model_status_impl import get_model_status, model_status_json
+from serving.util.errors import Code, ServingError
 
 
 class FakeServable:
@@ -176,21 +178,21 @@ def test_unload_waits_for_in_flight_requests(manager: ServableManager) -> None:
 
 
 def test_model_status_responses(manager: ServableManager) -> None:
-    from serving import metadata  # imports tensorflow_serving.apis (TensorFlow)
+    # Imports tensorflow_serving.apis' status proto, which loads TensorFlow.
 
     manager.load_aspired()
-    body = metadata.model_status_json(metadata.get_model_status(manager, ModelSpec("m")))
+    body = model_status_json(get_model_status(manager, ModelSpec("m")))
     assert body == (
         b'{"model_version_status":['
         b'{"version":"2","state":"AVAILABLE","status":{"error_code":"OK","error_message":""}},'
         b'{"version":"1","state":"AVAILABLE","status":{"error_code":"OK","error_message":""}}]}'
     )
-    broken = metadata.get_model_status(manager, ModelSpec("broken"))
+    broken = get_model_status(manager, ModelSpec("broken"))
     assert broken.model_version_status[0].status.error_message.startswith("Could not find")
     for spec, expected in [
         (ModelSpec("m", version=3), "Could not find version 3 of model m"),
         (ModelSpec("absent"), "Could not find any versions of model absent"),
     ]:
         with pytest.raises(ServingError) as info:
-            metadata.get_model_status(manager, spec)
+            get_model_status(manager, spec)
         assert (info.value.code, info.value.message) == (Code.NOT_FOUND, expected)

@@ -1,4 +1,4 @@
-"""Unit tests for serving.metrics: TF Serving's metric names, exposition and monitoring config."""
+"""Unit tests for serving.util.metrics: TF Serving's metric names, exposition and monitoring config."""
 
 from __future__ import annotations
 
@@ -12,22 +12,19 @@ from typing import Any
 
 import numpy as np
 import pytest
-from serving_testlib import REPO_ROOT
 
 from serving.apis import ModelSpec, PredictRequest, PredictResponse
-from serving.errors import Code, ServingError
-from serving.manager import ServableHandle
-from serving.metrics import (
-    API_LABELS,
-    PROMETHEUS_PATH,
+from serving.config.monitoring_config import PROMETHEUS_PATH, prometheus_path
+from serving.core.servable_handle import ServableHandle
+from serving.servables.tensorflow.monitored import (
     MonitoredInference,
     MonitoredPredictor,
     MonitoredSession,
-    ServingMetrics,
-    exponential_buckets,
     instrument_loader,
-    prometheus_path,
 )
+from serving.util.errors import Code, ServingError
+from serving.util.metrics import API_LABELS, ServingMetrics, exponential_buckets
+from tests.support import REPO
 
 
 def _samples(metrics: ServingMetrics) -> dict[str, str]:
@@ -207,7 +204,7 @@ class _Inference:
 def test_monitored_inference_records_classify_and_regress_like_tf_serving(
     entrypoint: str,
 ) -> None:
-    from serving.classify_regress import ExampleRequest, InferenceTask, MultiInferenceRequest
+    from serving.apis import ExampleRequest, InferenceTask, MultiInferenceRequest
 
     metrics = ServingMetrics()
     inference = MonitoredInference(_Inference(), metrics, entrypoint=entrypoint)
@@ -240,7 +237,7 @@ def test_monitored_inference_records_classify_and_regress_like_tf_serving(
 
 
 def test_monitored_inference_records_failures_with_their_code() -> None:
-    from serving.classify_regress import ExampleRequest
+    from serving.apis import ExampleRequest
 
     metrics = ServingMetrics()
     error = ServingError(Code.INVALID_ARGUMENT, "No signature was found with the name: x")
@@ -377,7 +374,7 @@ def test_a_bad_monitoring_config_fails_start_up_in_one_line(tmp_path: Path) -> N
             "--model_base_path=/models/m",
             f"--monitoring_config_file={path}",
         ],
-        cwd=REPO_ROOT,
+        cwd=REPO,
         capture_output=True,
         text=True,
         timeout=60,

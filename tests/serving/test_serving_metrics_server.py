@@ -26,8 +26,8 @@ from tensorflow_serving.apis import (
     prediction_service_pb2_grpc,
     regression_pb2,
 )
-from tf_serving_testdata import export_testdata
 
+from tests.serving.tf_serving_testdata import export_testdata
 from tests.support import Proc, free_port, start_serving, wait_until
 
 READY_DEADLINE_S = 120.0

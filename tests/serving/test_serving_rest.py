@@ -12,16 +12,16 @@ import httpx
 import numpy as np
 import pytest
 from google.protobuf import text_format
-from serving_testlib import models_config_text
 from starlette.types import ASGIApp
 
 from serving.apis import ModelSpec, PredictRequest
-from serving.classify_regress import InferenceRunner
-from serving.config import ModelServerConfig
-from serving.executor import BlockingExecutor
-from serving.manager import ServableManager
-from serving.predict import Predictor
-from serving.rest import create_app
+from serving.config.model_server_config import ModelServerConfig
+from serving.core.manager import ServableManager
+from serving.model_servers.http_server import create_app
+from serving.servables.tensorflow.inference_runner import InferenceRunner
+from serving.servables.tensorflow.predict_impl import Predictor
+from serving.util.executor import BlockingExecutor
+from tests.serving.serving_testlib import models_config_text
 
 
 class AppClient:
@@ -50,7 +50,7 @@ class AppClient:
 
 @pytest.fixture(scope="module")
 def manager(serving_model_dir: Path) -> Iterator[ServableManager]:
-    from serving.servable import Servable  # imports TensorFlow
+    from serving.servables.tensorflow.servable import Servable  # imports TensorFlow
 
     config = text_format.Parse(models_config_text(serving_model_dir), ModelServerConfig())
     manager = ServableManager(
@@ -305,7 +305,7 @@ def test_rest_predict_looks_the_servable_up_once(
 
 
 def test_servable_input_checks(manager: ServableManager) -> None:
-    from serving.errors import ServingError
+    from serving.util.errors import ServingError
 
     with manager.acquire(ModelSpec("two_inputs")) as handle:
         servable = handle.servable

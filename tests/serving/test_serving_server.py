@@ -16,7 +16,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from serving_testlib import REPO_ROOT, free_port, models_config_text
+
+from tests.serving.serving_testlib import models_config_text
+from tests.support import REPO, free_port
 
 READY_DEADLINE_S = 90.0
 
@@ -77,7 +79,7 @@ def server(serving_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
                 "--allow_version_labels_for_unavailable_models",
                 "--max_num_load_retries=0",
             ),
-            cwd=REPO_ROOT,
+            cwd=REPO,
             stdout=sink,
             stderr=subprocess.STDOUT,
         )
@@ -285,7 +287,7 @@ def test_sigterm_exits_zero(server: Server) -> None:
 def test_bad_flag_fails_with_one_line() -> None:
     result = subprocess.run(
         _serving_command("--no_such_flag=1", "--model_base_path=/models/x"),
-        cwd=REPO_ROOT,
+        cwd=REPO,
         capture_output=True,
         check=False,
         text=True,
@@ -320,7 +322,7 @@ def test_bad_config_file_fails_with_one_line(
     config.write_text(config_text)
     result = subprocess.run(
         _serving_command(f"--rest_api_port={free_port()}", f"--model_config_file={config}"),
-        cwd=REPO_ROOT,
+        cwd=REPO,
         capture_output=True,
         check=False,
         text=True,

@@ -1,4 +1,4 @@
-"""serving.tensor_proto against TensorFlow's own codec (tf.make_tensor_proto / tf.make_ndarray)."""
+"""serving.util.tensor_proto against TensorFlow's own codec (tf.make_tensor_proto / tf.make_ndarray)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import tensorflow as tf
 from tensorflow.core.framework import types_pb2
 from tensorflow.core.framework.tensor_pb2 import TensorProto
 
-from serving.tensor_proto import TensorProtoError, data_type_name, from_ndarray, to_ndarray
+from serving.util.tensor_proto import TensorProtoError, data_type_name, from_ndarray, to_ndarray
 
 NUMERIC = [
     np.float32,

@@ -9,11 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from serving_testlib import REPO_ROOT
 
 import cpu_quota
-from serving import batching, flags
-from serving.flags import ServerOptions, parse_flags
+from serving.model_servers import flags, server_config
+from serving.model_servers.flags import ServerOptions, parse_flags
+from tests.support import REPO
 
 
 def test_unset_pools_take_the_schedulable_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -22,7 +22,7 @@ def test_unset_pools_take_the_schedulable_cpus(monkeypatch: pytest.MonkeyPatch) 
     assert flags.session_threads(ServerOptions()) == (3, 3)
     assert flags.session_threads(ServerOptions(tensorflow_intra_op_parallelism=1)) == (1, 3)
     assert flags.rest_api_num_threads(ServerOptions()) == 12  # TF Serving: 4 x CPUs
-    options = batching.batching_options(parse_flags(["--model_base_path=/m", "--enable_batching"]))
+    options = server_config.batching_options(parse_flags(["--model_base_path=/m", "--enable_batching"]))
     assert options is not None and options.num_batch_threads == 3  # port::MaxParallelism()
 
 
@@ -61,12 +61,12 @@ def test_cgroup_v1_cfs_quota(tmp_path: Path) -> None:
 def test_the_affinity_mask_bounds_the_pools() -> None:
     """A server pinned to one CPU sizes its pools for one CPU, whatever the host has."""
     code = (
-        "from serving import flags; o = flags.parse_flags(['--model_base_path=/m']); "
+        "from serving.model_servers import flags; o = flags.parse_flags(['--model_base_path=/m']); "
         "print(*flags.session_threads(o), flags.rest_api_num_threads(o))"
     )
     result = subprocess.run(
         ["taskset", "-c", "0", sys.executable, "-c", code],
-        cwd=REPO_ROOT,
+        cwd=REPO,
         capture_output=True,
         text=True,
         check=True,
@@ -84,7 +84,7 @@ def test_cpu_quota_is_stdlib_only() -> None:
     )
     result = subprocess.run(
         [sys.executable, "-c", code],
-        cwd=REPO_ROOT,
+        cwd=REPO,
         capture_output=True,
         text=True,
         check=True,

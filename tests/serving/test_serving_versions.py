@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from google.protobuf import text_format
 
-from serving import source
 from serving.apis import ModelSpec
-from serving.aspired_version_policy import (
+from serving.config.model_server_config import ModelServerConfig
+from serving.core.aspired_version_policy import (
     Action,
     AspiredServableStateSnapshot,
     HarnessState,
@@ -28,12 +28,14 @@ from serving.aspired_version_policy import (
     availability_preserving_policy,
     next_action,
 )
-from serving.config import ModelServerConfig
-from serving.config_reloader import poll_filesystem_and_reload_config
-from serving.errors import Code, ServingError
-from serving.manager import ManagerState, ServableManager
-from serving.periodic_function import PeriodicFunction
-from serving.version_labels import update_model_version_label_map
+from serving.core.manager import ServableManager
+from serving.core.servable_state import ManagerState
+from serving.core.version_labels import update_model_version_label_map
+from serving.model_servers.config_reloader import poll_filesystem_and_reload_config
+from serving.sources.storage_path import file_system_storage_path_source as source
+from serving.util.errors import Code, ServingError
+from serving.util.periodic_function import PeriodicFunction
+from tests.support import wait_until
 
 WAIT_S = 10.0
 
@@ -183,15 +185,6 @@ def test_update_model_version_label_map(
 # ---- the file-system source and the periodic poll --------------------------------------------
 
 
-def wait_until(predicate: Callable[[], bool], what: str, timeout_s: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-
-
 def model_config(root: Path, *names: str, extra: str = "") -> ModelServerConfig:
     entries = "".join(
         f'config {{ name: "{name}" base_path: "{root / name}" model_platform: "tensorflow" '
@@ -249,7 +242,7 @@ def test_source_skips_a_missing_base_path_and_logs_once(
     emitted = Emitted()
     fs_source = source.FileSystemStoragePathSource(emitted)
     config = model_config(tmp_path, "absent", "a")
-    with caplog.at_level(logging.WARNING, logger="serving.source"):
+    with caplog.at_level(logging.WARNING, logger="serving.sources.storage_path.file_system_storage_path_source"):
         fs_source.update_config(source.create_storage_path_source_config(config, 1))
         fs_source.poll()
     assert emitted.last("absent") is None  # nothing emitted: its versions stay as they are
@@ -271,7 +264,7 @@ def test_source_warns_about_missing_specific_versions_and_no_versions(
     specific = "model_version_policy { specific { versions: 1 versions: 5 } }"
     config = model_config(tmp_path, "s", extra=specific)
     config.model_config_list.config.MergeFrom(model_config(tmp_path, "e").model_config_list.config)
-    with caplog.at_level(logging.WARNING, logger="serving.source"):
+    with caplog.at_level(logging.WARNING, logger="serving.sources.storage_path.file_system_storage_path_source"):
         fs_source.update_config(source.create_storage_path_source_config(config, 1))
         fs_source.poll()
     assert emitted.last("s") == {1: str(tmp_path / "s" / "1")}
@@ -290,7 +283,7 @@ def test_duplicate_version_spellings_last_one_wins(
 ) -> None:
     add_versions(tmp_path, "m", 1)
     (tmp_path / "m" / "01").mkdir()
-    with caplog.at_level(logging.WARNING, logger="serving.source"):
+    with caplog.at_level(logging.WARNING, logger="serving.sources.storage_path.file_system_storage_path_source"):
         versions = source.list_versions("m", str(tmp_path / "m"))
     assert versions == {1: str(tmp_path / "m" / "1")}
     assert (
@@ -308,7 +301,7 @@ def test_source_polls_periodically(tmp_path: Path) -> None:
     fs_source.start(1)
     try:
         add_versions(tmp_path, "m", 2)
-        wait_until(lambda: emitted.last("m") == {2: str(tmp_path / "m" / "2")}, "version 2")
+        wait_until(lambda: emitted.last("m") == {2: str(tmp_path / "m" / "2")}, WAIT_S, "version 2")
     finally:
         fs_source.stop()
 
@@ -323,7 +316,7 @@ def test_periodic_function_keeps_going_after_an_error_and_stops_at_once() -> Non
 
     function = PeriodicFunction(flaky, 0.01, name="test-periodic")
     function.start()
-    wait_until(lambda: len(calls) >= 3, "three calls")
+    wait_until(lambda: len(calls) >= 3, WAIT_S, "three calls")
     function.stop()  # joins the thread: no call can follow
     assert not function._thread.is_alive()
 
@@ -386,6 +379,7 @@ def state_of(manager: ServableManager, name: str, version: int) -> ManagerState 
 def wait_state(manager: ServableManager, name: str, version: int, state: ManagerState) -> None:
     wait_until(
         lambda: state_of(manager, name, version) is state,
+        WAIT_S,
         f"{name} v{version} {state.name} (now {state_of(manager, name, version)})",
     )
 
@@ -513,7 +507,7 @@ def test_retries_stop_once_the_version_is_no_longer_aspired(
     manager = make_manager(max_num_load_retries=5, load_retry_interval_s=60.0)
     manager.aspire(config)
     manager.start()
-    wait_until(lambda: loader.attempts.get(str(tmp_path / "m" / "1")) == 1, "first attempt")
+    wait_until(lambda: loader.attempts.get(str(tmp_path / "m" / "1")) == 1, WAIT_S, "first attempt")
     shutil.rmtree(tmp_path / "m" / "1")
     manager.aspire(config)
     wait_state(manager, "m", 1, ManagerState.END)
@@ -711,7 +705,7 @@ def test_config_file_poll_reloads_or_logs(
     config_file.write_text(text_format.MessageToString(model_config(tmp_path, "a", "b")))
     assert poll_filesystem_and_reload_config(str(config_file), manager)
     assert served_version(manager, ModelSpec("b")) == 1
-    with caplog.at_level(logging.ERROR, logger="serving.config_reloader"):
+    with caplog.at_level(logging.ERROR, logger="serving.model_servers.config_reloader"):
         config_file.write_text("model_config_list { bogus: 1 }")
         assert not poll_filesystem_and_reload_config(str(config_file), manager)
         config_file.write_text(

@@ -25,7 +25,6 @@ import httpx
 import numpy as np
 import pytest
 import tensorflow as tf
-from serving_testlib import REPO_ROOT, free_port
 from tensorflow.core.protobuf.meta_graph_pb2 import SignatureDef
 from tensorflow_serving.apis import (
     classification_pb2,
@@ -36,13 +35,14 @@ from tensorflow_serving.apis import (
     prediction_log_pb2,
     regression_pb2,
 )
-from tf_serving_testdata import export_testdata
 
-from serving import warmup
-from serving.errors import Code, ServingError
-from serving.metrics import ServingMetrics
-from serving.servable import PredictRun
-from serving.warmup import ModelWarmupOptions
+from serving.servables.tensorflow import saved_model_warmup as warmup
+from serving.servables.tensorflow.saved_model_warmup import ModelWarmupOptions
+from serving.servables.tensorflow.servable import PredictRun
+from serving.util.errors import Code, ServingError
+from serving.util.metrics import ServingMetrics
+from tests.serving.tf_serving_testdata import export_testdata
+from tests.support import REPO, free_port
 
 READY_DEADLINE_S = 90.0
 
@@ -125,7 +125,7 @@ class RecordingServable:
 
 def test_no_warmup_file_is_fine(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     servable = RecordingServable()
-    with caplog.at_level(logging.INFO, logger="serving.warmup"):
+    with caplog.at_level(logging.INFO, logger="serving.servables.tensorflow.saved_model_warmup"):
         assert warmup.run_saved_model_warmup(servable, str(tmp_path)) == 0
     assert servable.calls == []
     assert f"No warmup data file found at {warmup.warmup_file_path(str(tmp_path))}" in caplog.text
@@ -136,7 +136,7 @@ def test_records_replay_in_order_with_iterations(
 ) -> None:
     path = write_warmup(tmp_path, [predict_log([1.0]), predict_log([2.0, 3.0], "sig", ["y"])])
     servable = RecordingServable()
-    with caplog.at_level(logging.INFO, logger="serving.warmup"):
+    with caplog.at_level(logging.INFO, logger="serving.servables.tensorflow.saved_model_warmup"):
         count = warmup.run_saved_model_warmup(
             servable, str(tmp_path), options=ModelWarmupOptions(num_request_iterations=2)
         )
@@ -185,7 +185,7 @@ def test_log_types_a_session_servable_does_not_replay_are_skipped(
     empty = prediction_log_pb2.PredictionLog().SerializeToString()
     write_warmup(tmp_path, [streamed, empty, predict_log([1.0])])
     servable = RecordingServable()
-    with caplog.at_level(logging.WARNING, logger="serving.warmup"):
+    with caplog.at_level(logging.WARNING, logger="serving.servables.tensorflow.saved_model_warmup"):
         options = ModelWarmupOptions(num_request_iterations=3)
         assert warmup.run_saved_model_warmup(servable, str(tmp_path), options=options) == 3
     assert len(servable.calls) == 3  # the predict record, 3 times
@@ -384,7 +384,7 @@ def _samples(metrics: ServingMetrics) -> dict[str, str]:
 def test_every_replayable_log_type_runs_on_the_loaded_session_with_its_metrics(
     testdata: Path, tmp_path: Path
 ) -> None:
-    from serving.servable import Servable
+    from serving.servables.tensorflow.servable import Servable
 
     export_dir = _half_plus_two(testdata, tmp_path / "half_plus_two", EVERY_LOG_TYPE)
     metrics = ServingMetrics()
@@ -439,7 +439,7 @@ def test_every_replayable_log_type_runs_on_the_loaded_session_with_its_metrics(
 def test_a_failing_record_fails_the_load_with_its_requests_error(
     testdata: Path, tmp_path: Path, record: bytes, code: Code, message: str
 ) -> None:
-    from serving.servable import Servable
+    from serving.servables.tensorflow.servable import Servable
 
     export_dir = _half_plus_two(testdata, tmp_path / "half_plus_two", [EVERY_LOG_TYPE[0], record])
     metrics = ServingMetrics()
@@ -469,7 +469,7 @@ def test_a_reader_error_is_recorded_with_its_status(tmp_path: Path) -> None:
 
 
 def test_warmup_runs_on_the_loaded_session(tmp_path: Path) -> None:
-    from serving.servable import Servable
+    from serving.servables.tensorflow.servable import Servable
 
     export_dir = export_counter(tmp_path / "counter" / "1", [predict_log([1.0])] * 3)
     options = ModelWarmupOptions(num_request_iterations=2)
@@ -488,10 +488,10 @@ def test_warmup_runs_on_the_loaded_session(tmp_path: Path) -> None:
 
 
 def test_fraud_export_warms_up(caplog: pytest.LogCaptureFixture) -> None:
-    from serving.servable import Servable
+    from serving.servables.tensorflow.servable import Servable
 
-    export_dir = REPO_ROOT / "models" / "fraud" / "1"
-    with caplog.at_level(logging.INFO, logger="serving.warmup"):
+    export_dir = REPO / "models" / "fraud" / "1"
+    with caplog.at_level(logging.INFO, logger="serving.servables.tensorflow.saved_model_warmup"):
         servable = warmup.load_with_warmup(Servable.load, str(export_dir))
     servable.close()
     assert (
@@ -526,7 +526,7 @@ def server(
         for name, path in [
             ("counter", warmup_models / "counter"),
             ("corrupt", warmup_models / "corrupt"),
-            ("fraud", REPO_ROOT / "models" / "fraud"),
+            ("fraud", REPO / "models" / "fraud"),
             ("half_plus_two", warmup_models / "half_plus_two"),
             ("bad_classify", warmup_models / "bad_classify"),
         ]
@@ -552,7 +552,7 @@ def server(
                 "--tensorflow_intra_op_parallelism=1",
                 "--tensorflow_inter_op_parallelism=1",
             ],
-            cwd=REPO_ROOT,
+            cwd=REPO,
             stdout=sink,
             stderr=subprocess.STDOUT,
             env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
@@ -613,7 +613,7 @@ def test_server_bad_warmup_file_fails_only_that_model(server: tuple[httpx.Client
             },
         }
     ]
-    fraud_warmup = warmup.warmup_file_path(str(REPO_ROOT / "models" / "fraud" / "1"))
+    fraud_warmup = warmup.warmup_file_path(str(REPO / "models" / "fraud" / "1"))
     assert (
         f"Finished reading warmup data for model at {fraud_warmup}. Number of warmup records "
         "read: 3." in log.read_text()

@@ -1,0 +1,1 @@
+"""Readers and checks of TF Serving's config protos (``tensorflow_serving/config/``)."""

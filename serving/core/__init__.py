@@ -1,0 +1,1 @@
+"""TF Serving's ``core/``: the manager, aspired-versions policy, servable states and version labels."""

@@ -1,0 +1,191 @@
+"""The REST API handler: TF Serving's ``http_rest_api_handler.cc`` (``g3doc/api_rest.md``).
+
+Routes (``model_servers/http_rest_api_util.cc``; case-insensitive, names and labels URL-decoded)::
+
+    GET  /v1/models/{name}[/versions/{v} | /labels/{l}]            -> model status
+    GET  /v1/models/{name}[/versions/{v} | /labels/{l}]/metadata   -> model metadata
+    POST /v1/models/{name}[/versions/{v} | /labels/{l}]:predict    -> predict
+    POST /v1/models/{name}[/versions/{v} | /labels/{l}]:classify   -> see below
+    POST /v1/models/{name}[/versions/{v} | /labels/{l}]:regress    -> see below
+
+Like TF Serving's ``HttpRestApiHandler``, this module only parses the path, decodes, calls the core
+(:class:`~serving.servables.tensorflow.predict_impl.Predictor`,
+:mod:`serving.servables.tensorflow.get_model_metadata_impl`) and encodes -- there is no inference
+logic here. It matches TF Serving's own two regular expressions instead of declaring Starlette
+routes, so that routing corner cases behave the same: any other ``/v1/...`` path or method is
+``400 {"error": "Malformed request: <METHOD> <path>"}``. Paths outside ``/v1/`` are ignored by TF
+Serving's dispatcher (a bare 404); here they are ``404`` with the same ``Malformed request``
+message.
+
+Errors are raised as :class:`~serving.util.errors.ServingError`; :mod:`serving.model_servers.http_server`
+answers them in one place. Every response is ``application/json``. ``:classify`` / ``:regress`` take tf.Examples as JSON
+(:mod:`serving.util.json_example`, where the traps are listed -- notably the ``"results"`` key) and run
+on
+:class:`~serving.servables.tensorflow.inference_runner.InferenceRunner`; like TF Serving, the body is parsed before
+the model is looked up, so a malformed body is a 400 even for an unknown model.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import NamedTuple
+from urllib.parse import unquote
+
+import numpy as np
+from starlette.requests import Request
+from starlette.responses import Response
+
+from serving.apis import ExampleRequest, ModelSpec
+from serving.core.manager import ServableManager
+from serving.model_servers.get_model_status_impl import get_model_status, model_status_json
+from serving.servables.tensorflow import get_model_metadata_impl as metadata
+from serving.servables.tensorflow.inference_runner import InferenceService
+from serving.servables.tensorflow.predict_impl import PredictService
+from serving.util import json_example, json_tensor
+from serving.util.errors import Code, ServingError
+
+__all__ = ["CORS_HEADERS", "HttpRestApiHandler", "json_response"]
+
+# kHTTPRestApiHandlerPathRegex, kPredictionApiGegex, kModelStatusApiRegex (RE2 FullMatch).
+_REST_API_PATH = re.compile(r"/v1/.*", re.IGNORECASE | re.DOTALL)
+_PREDICTION_API = re.compile(
+    r"/v1/models/([^/:]+)(?:(?:/versions/(\d+))|(?:/labels/([^/:]+)))?:(classify|regress|predict)",
+    re.IGNORECASE,
+)
+_MODEL_STATUS_API = re.compile(
+    r"/v1/models(?:/([^/:]+))?(?:(?:/versions/(\d+))|(?:/labels/([^/:]+)))?(?:/(metadata))?",
+    re.IGNORECASE,
+)
+_INT64_MAX = 2**63 - 1
+_JSON = "application/json"
+CORS_HEADERS: Mapping[str, str] = {
+    "Access-Control-Allow-Origin": "*",
+    "Access-Control-Allow-Methods": "POST, GET",
+    "Access-Control-Allow-Headers": "Content-Type",
+}
+
+
+def json_response(body: bytes, status: int, headers: Mapping[str, str]) -> Response:
+    """An ``application/json`` response with ``body`` (bytes), HTTP ``status`` and ``headers``."""
+    return Response(body, status_code=status, media_type=_JSON, headers=dict(headers))
+
+
+class HttpRestApiHandler:
+    """``HttpRestApiHandler::ProcessRequest``: path -> core call -> JSON."""
+
+    def __init__(
+        self,
+        predictor: PredictService,
+        inference: InferenceService,
+        manager: ServableManager,
+        timeout_ms: int | None,
+        enable_cors: bool,
+    ) -> None:
+        self._predictor = predictor
+        self._inference = inference
+        self._manager = manager
+        self._timeout_ms = timeout_ms if timeout_ms and timeout_ms > 0 else None
+        self._headers: Mapping[str, str] = dict(CORS_HEADERS) if enable_cors else {}
+        self._cors = enable_cors
+
+    async def handle(self, request: Request) -> Response:
+        """Answer one request (any method, any path); raises :class:`ServingError` for errors."""
+        method = request.method
+        raw_path = request.scope.get("raw_path")
+        # The undecoded path (ASGI raw_path has no query string; some clients add it anyway).
+        path = raw_path.partition(b"?")[0].decode("latin-1") if raw_path else request.url.path
+        if not _REST_API_PATH.fullmatch(path):
+            raise ServingError(Code.NOT_FOUND, f"Malformed request: {method} {path}")
+        if method == "OPTIONS" and self._cors:
+            return Response(b"", status_code=200, headers=dict(self._headers))
+        if method == "POST" and (match := _PREDICTION_API.fullmatch(path)):
+            model = _model_info(match.group(1), match.group(2), match.group(3))
+            verb = match.group(4)
+            if verb == "predict":
+                return await self._predict(model, await request.body())
+            if verb == "classify":
+                return await self._classify(model, await request.body())
+            if verb == "regress":
+                return await self._regress(model, await request.body())
+        elif method == "GET" and (match := _MODEL_STATUS_API.fullmatch(path)):
+            spec = _model_info(match.group(1) or "", match.group(2), match.group(3)).spec()
+            if not spec.name:
+                raise ServingError(Code.INVALID_ARGUMENT, "Missing model name in request.")
+            if match.group(4) == "metadata":
+                response = metadata.get_model_metadata(self._manager, spec)
+                return self._ok(metadata.model_metadata_json(response))
+            status = get_model_status(self._manager, spec)
+            return self._ok(model_status_json(status))
+        raise ServingError(Code.INVALID_ARGUMENT, f"Malformed request: {method} {path}")
+
+    def _ok(self, body: bytes) -> Response:
+        return json_response(body, 200, self._headers)
+
+    async def _predict(self, model: _ModelInfo, body: bytes) -> Response:
+        """``ProcessPredictRequest``: parse, GetInfoMap, decode, predict, encode.
+
+        The JSON is parsed before the servable is looked up (a malformed body is a 400 even for
+        an unknown model); GetInfoMap, decoding and the prediction share one lookup.
+        """
+        doc = json_tensor.parse_json(body)
+        signature = json_tensor.signature_name(doc)
+        spec = model.spec(signature)
+
+        def decode(
+            input_dtypes: dict[str, str],
+        ) -> tuple[json_tensor.JsonFormat, dict[str, np.ndarray]]:
+            return json_tensor.decode_predict_inputs(doc, input_dtypes, signature)
+
+        fmt, response = await self._predictor.decode_and_predict(
+            spec, decode, timeout_ms=self._timeout_ms
+        )
+        return self._ok(json_tensor.encode_predict_outputs(response.outputs, fmt))
+
+    async def _classify(self, model: _ModelInfo, body: bytes) -> Response:
+        """``ProcessClassifyRequest``: JSON -> tf.Examples, classify, JSON."""
+        response = await self._inference.classify(
+            _example_request(model, body), timeout_ms=self._timeout_ms
+        )
+        return self._ok(json_example.encode_classification_result(response.result))
+
+    async def _regress(self, model: _ModelInfo, body: bytes) -> Response:
+        """``ProcessRegressRequest``: JSON -> tf.Examples, regress, JSON."""
+        response = await self._inference.regress(
+            _example_request(model, body), timeout_ms=self._timeout_ms
+        )
+        return self._ok(json_example.encode_regression_result(response.values))
+
+
+def _example_request(model: _ModelInfo, body: bytes) -> ExampleRequest:
+    """``FillClassificationRequestFromJson`` / ``FillRegressionRequestFromJson``."""
+    signature, examples = json_example.decode_example_request(body)
+    return ExampleRequest(model.spec(signature), examples)
+
+
+class _ModelInfo(NamedTuple):
+    """The model a path names (``ParseModelInfo``): all of the request's ``ModelSpec`` but the
+    signature, which only the body says. Parsed before the body, so a bad version in the path is
+    reported first, as in TF Serving; the spec is then built once, with the body's signature."""
+
+    name: str
+    version: int | None
+    label: str | None
+
+    def spec(self, signature_name: str = "") -> ModelSpec:
+        """``FillModelSpecWithNameVersionAndLabel`` plus the signature."""
+        return ModelSpec(self.name, self.version, self.label, signature_name)
+
+
+def _model_info(name: str, version: str | None, label: str | None) -> _ModelInfo:
+    """``ParseModelInfo``: the path's name and label URL-decoded, its version an int64."""
+    parsed_version = None
+    if version:
+        parsed_version = int(version)
+        if parsed_version > _INT64_MAX:
+            raise ServingError(
+                Code.INVALID_ARGUMENT, f"Failed to convert version: {version} to numeric."
+            )
+    return _ModelInfo(
+        unquote(name) if name else name, parsed_version, unquote(label) if label else None
+    )

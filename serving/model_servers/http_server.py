@@ -1,0 +1,159 @@
+"""The HTTP server: TF Serving's ``model_servers/http_server.cc``, on Starlette and uvicorn.
+
+:func:`create_app` is the app: every request goes to the
+:class:`~serving.model_servers.http_rest_api_handler.HttpRestApiHandler` (TF Serving's
+``RestApiRequestDispatcher``), except ``GET <path>`` of ``--monitoring_config_file``, which answers
+the Prometheus metrics as TF Serving's HTTP server does. Every error is ``{"error": "<message>"}``
+with the HTTP status of :data:`serving.util.errors.HTTP_STATUS` (``ToHTTPStatusCode``), produced by
+one exception handler; an unexpected exception is a 500 with ``Internal error: ...``.
+
+:class:`RestServer` runs it: uvicorn on a socket :func:`bind` bound at start-up, without its own
+signal handling (the server owns the signals).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import orjson
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from serving.core.manager import ServableManager
+from serving.model_servers.http_rest_api_handler import CORS_HEADERS, HttpRestApiHandler, json_response
+from serving.servables.tensorflow.inference_runner import InferenceService
+from serving.servables.tensorflow.predict_impl import PredictService
+from serving.util import metrics
+from serving.util.errors import Code, ServingError, from_exception
+
+__all__ = ["RestServer", "bind", "create_app"]
+
+_log = logging.getLogger(__name__)
+_ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"]
+
+
+def create_app(
+    predictor: PredictService,
+    manager: ServableManager,
+    *,
+    inference: InferenceService,
+    timeout_ms: int | None = None,
+    enable_cors: bool = False,
+    prometheus: tuple[str, Callable[[], bytes]] | None = None,
+) -> Starlette:
+    """The REST API over ``predictor`` (predict), ``inference`` (classify, regress) and
+    ``manager`` (status, metadata).
+
+    ``timeout_ms`` bounds each ``Session.run`` (``--rest_api_timeout_in_ms``); ``enable_cors``
+    adds TF Serving's CORS headers to every response and answers ``OPTIONS`` pre-flights.
+    ``prometheus`` = ``(path, render)`` answers ``GET <path>`` with ``render()``, Prometheus text
+    (``--monitoring_config_file``; :mod:`serving.util.metrics`), as TF Serving's HTTP server does.
+    """
+    handler = HttpRestApiHandler(predictor, inference, manager, timeout_ms, enable_cors)
+    headers = dict(CORS_HEADERS) if enable_cors else {}
+
+    async def on_serving_error(request: Request, exc: Exception) -> Response:
+        error = from_exception(exc)
+        return json_response(_error_body(error.message), error.http_status, headers)
+
+    async def on_unexpected_error(request: Request, exc: Exception) -> Response:
+        # Starlette re-raises after this response is sent, so the server logs the traceback.
+        return json_response(_error_body(f"Internal error: {exc}"), 500, headers)
+
+    routes = [Route("/{path:path}", handler.handle, methods=_ALL_METHODS)]
+    if prometheus is not None:
+        path, render = prometheus
+
+        async def metrics_page(request: Request) -> Response:
+            return Response(render(), media_type=metrics.CONTENT_TYPE, headers=dict(headers))
+
+        routes.insert(0, Route(path, metrics_page, methods=["GET"]))
+    return Starlette(
+        routes=routes,
+        exception_handlers={ServingError: on_serving_error, Exception: on_unexpected_error},
+    )
+
+
+def _error_body(message: str) -> bytes:
+    """``{"error": "<message>"}``; messages may carry undecodable request bytes."""
+    try:
+        return orjson.dumps({"error": message})
+    except orjson.JSONEncodeError:
+        return orjson.dumps({"error": message.encode("utf-8", "replace").decode("utf-8")})
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The REST listening socket, bound now so that a busy port fails start-up with one line.
+
+    Raises ``UNAVAILABLE`` ``Failed to start HTTP Server at <host>:<port>: <reason>``.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ServingError(
+            Code.UNAVAILABLE,
+            f"Failed to start HTTP Server at {host}:{port}: {exc.strerror or exc}",
+        ) from None
+    return sock
+
+
+class _QuietSignalsServer(uvicorn.Server):
+    """uvicorn without its own signal handling (it re-raises SIGTERM after shutdown, which
+    would end the process with -15 instead of exit code 0); :mod:`serving.model_servers.server`
+    owns the signals."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+class RestServer:
+    """The REST front end: uvicorn serving the Starlette app on a pre-bound socket."""
+
+    def __init__(self, app: Any, sock: socket.socket) -> None:
+        config = uvicorn.Config(
+            app,
+            log_config=None,
+            access_log=False,
+            server_header=False,
+            lifespan="off",
+            backlog=2048,
+        )
+        self._server = _QuietSignalsServer(config)
+        self._sock = sock
+        self.task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Start serving; returns once the socket accepts connections."""
+        self.task = asyncio.ensure_future(self._server.serve(sockets=[self._sock]))
+        # uvicorn sets a plain `started` flag, no event to wait on.
+        while not self._server.started and not self.task.done():  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+        if self.task.done():
+            self.task.result()  # re-raise a start-up failure
+            raise ServingError(Code.UNAVAILABLE, "HTTP server exited during start-up")
+        host, port = self._sock.getsockname()[:2]
+        _log.info("Exporting HTTP/REST API at %s:%d ...", host, port)
+
+    async def stop(self) -> None:
+        """Stop accepting, finish in-flight requests, close connections."""
+        self._server.should_exit = True
+        if self.task is not None:
+            with contextlib.suppress(Exception):
+                await self.task
+
+    def force(self) -> None:
+        """Drop in-flight requests now (a second signal)."""
+        self._server.force_exit = True

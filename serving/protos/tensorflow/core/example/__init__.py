@@ -1,0 +1,1 @@
+"""Generated protobuf code; see serving/protos/generate.py."""

@@ -1,0 +1,1 @@
+"""TF Serving's ``servables/``: the kinds of servable this server runs."""

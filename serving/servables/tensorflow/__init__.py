@@ -1,0 +1,1 @@
+"""TF Serving's ``servables/tensorflow/``: a SavedModel servable and the APIs run on it."""

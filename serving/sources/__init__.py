@@ -1,0 +1,1 @@
+"""TF Serving's ``sources/``: where servables come from."""

@@ -1,0 +1,1 @@
+"""TF Serving's ``util/``: errors, codecs, executors and metrics the other folders share."""

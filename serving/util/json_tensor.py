@@ -1,0 +1,816 @@
+"""TF Serving's JSON <-> tensor codec for the REST predict API. Pure: numpy and orjson only.
+
+Follows ``tensorflow_serving/util/json_tensor.{h,cc}`` (``FillPredictRequestFromJson``,
+``MakeJsonFromTensors``) and ``tensorflow_serving/g3doc/api_rest.md``; error messages are TF
+Serving's, word for word, and every error is a :class:`~serving.util.errors.ServingError` with code
+``INVALID_ARGUMENT`` (``UNIMPLEMENTED`` for input dtypes JSON cannot express).
+
+Request body (a JSON object; other top-level keys are ignored)::
+
+    {"signature_name": <string, optional, default "serving_default">,
+     "instances": [ ... ]  |  "inputs": <value> | {<input name>: <value>, ...}}
+
+Row format, ``"instances"`` (response key ``"predictions"``)
+    A non-empty list with one element per example, stacked along a new 0-th (batch) axis. With one
+    named input each element is that input's value (scalar or nested list); with several, each
+    element is an object ``{<name>: <value>, ...}`` holding every input exactly once. Every element
+    must have the same shape. ``[1.0, 2.0]`` for input ``x`` -> ``x`` of shape ``[2]``.
+
+Columnar format, ``"inputs"`` (response key ``"outputs"``)
+    The input's value itself (any rank, scalars allowed, no batch stacking), or an object mapping
+    each input name to its value. Keys that are not inputs are ignored.
+
+Values (per the signature's ``TensorInfo.dtype``; shapes come from the nesting of JSON lists)
+    ============================  ======================================================
+    ``DT_FLOAT`` / ``DT_DOUBLE``  JSON numbers (``NaN``, ``Infinity``, ``-Infinity`` accepted);
+                                  integers beyond 2**24-1 (float) / 2**53-1 (double) and
+                                  decimals beyond the type's range are rejected as lossy.
+    ``DT_INT8/16/32``, ``UINT8``  JSON integers in the int32 range (stored with C++ wrap-around).
+    ``DT_INT64``                  JSON integers in the int64 range.
+    ``DT_UINT32`` / ``DT_UINT64`` JSON integers in the unsigned range.
+    ``DT_BOOL``                   ``true`` / ``false`` only.
+    ``DT_STRING``                 JSON strings (UTF-8 bytes) or ``{"b64": "<base64>"}`` for binary.
+    ============================  ======================================================
+
+    Ragged lists, values at the wrong nesting depth and wrong JSON types are rejected with TF
+    Serving's messages (``Encountered list at unexpected size: ...``, ``JSON Value: "a" Type: String
+    is not of expected type: float``, ...). Decoded tensors are numpy arrays: ``np.float32`` etc.,
+    and ``object`` arrays of ``bytes`` for ``DT_STRING``.
+
+Response body
+    Row: ``{"predictions": <list of the single output's rows> | [{<output>: <row>, ...}, ...]}`` --
+    every output must share the batch (0-th) dimension. Columnar: ``{"outputs": <the single
+    output> | {<output>: <value>, ...}}``. Floats are written with the shortest text that
+    round-trips to the same float32/float64 (TF Serving prints ``%.6g`` and falls back to
+    ``%.9g``/``%.17g``: the same numbers, occasionally spelled differently); non-finite floats as
+    the bare tokens ``NaN``, ``Infinity``, ``-Infinity``; ``DT_STRING`` outputs as UTF-8 text, or
+    as ``{"b64": ...}`` when the output's name ends in ``_bytes``; ``DT_HALF`` as float.
+
+Decoding has a vectorised fast path (numpy over a flattened list of leaves) and a slow reference
+path mirroring ``FillTensorProto`` element by element; the slow path only runs for requests the
+fast path rejects, so that the first error reported is the one TF Serving would report.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import enum
+import itertools
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import orjson
+
+from serving.apis import MAX_RANK
+from serving.util.errors import Code, ServingError
+
+__all__ = [
+    "JsonFormat",
+    "decode_predict_inputs",
+    "encode_predict_outputs",
+    "parse_json",
+    "signature_name",
+]
+
+
+class JsonFormat(enum.Enum):
+    """Which request key carried the tensors; it decides the response key."""
+
+    ROW = "row"  # "instances" in, "predictions" out
+    COLUMNAR = "columnar"  # "inputs" in, "outputs" out
+
+
+_FLT_MAX = float(np.finfo(np.float32).max)
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_UINT64_MAX = 2**64 - 1
+_NUMPY_OPTS = orjson.OPT_SERIALIZE_NUMPY
+
+
+@dataclass(frozen=True)
+class _InputType:
+    """How JSON leaves convert to one TF dtype (``AddValueToTensor`` in json_tensor.cc)."""
+
+    kind: str  # "float" | "int" | "bool" | "string"
+    numpy: Any  # numpy dtype of the decoded array (object for strings)
+    lo: int = 0  # accepted JSON integer range (rapidjson IsInt/IsInt64/IsUint/IsUint64)
+    hi: int = 0
+    max_exact_int: int = 0  # floats: largest integer representable without loss (2**digits - 1)
+    max_value: float = 0.0  # floats: largest finite magnitude
+
+
+_INT32 = (-(2**31), 2**31 - 1)
+_INPUT_TYPES: Mapping[str, _InputType] = {
+    "DT_FLOAT": _InputType("float", np.float32, max_exact_int=2**24 - 1, max_value=_FLT_MAX),
+    "DT_DOUBLE": _InputType("float", np.float64, max_exact_int=2**53 - 1, max_value=math.inf),
+    "DT_INT32": _InputType("int", np.int32, *_INT32),
+    "DT_INT16": _InputType("int", np.int16, *_INT32),
+    "DT_INT8": _InputType("int", np.int8, *_INT32),
+    "DT_UINT8": _InputType("int", np.uint8, *_INT32),
+    "DT_INT64": _InputType("int", np.int64, _INT64_MIN, _INT64_MAX),
+    "DT_UINT32": _InputType("int", np.uint32, 0, 2**32 - 1),
+    "DT_UINT64": _InputType("int", np.uint64, 0, _UINT64_MAX),
+    "DT_BOOL": _InputType("bool", np.bool_),
+    "DT_STRING": _InputType("string", object),
+}
+
+# Output dtypes MakeJsonFromTensors can write (AddSingleValueAndAdvance); others are an error.
+_OUTPUT_NUMPY_TYPES = frozenset(
+    np.dtype(t)
+    for t in (
+        np.float16, np.float32, np.float64, np.int8, np.int16, np.int32, np.int64,
+        np.uint8, np.uint32, np.uint64, np.bool_,
+    )
+)  # fmt: skip
+
+
+def _invalid(message: str) -> ServingError:
+    return ServingError(Code.INVALID_ARGUMENT, message)
+
+
+def _dtype_string(dtype_name: str) -> str:
+    """``DataTypeString()``: ``"DT_FLOAT"`` -> ``"float"``."""
+    return dtype_name[3:].lower() if dtype_name.startswith("DT_") else dtype_name.lower()
+
+
+# --------------------------------------------------------------------------------------------
+# Parsing the request document
+# --------------------------------------------------------------------------------------------
+
+# Python json messages -> rapidjson's GetParseError_En() text.
+_PARSE_ERRORS = {
+    "Expecting property name enclosed in double quotes": "Missing a name for object member.",
+    "Expecting ':' delimiter": "Missing a colon after a name of object member.",
+    "Extra data": "The document root must not be followed by other values.",
+    "Unterminated string starting at": "Missing a closing quotation mark in string.",
+    "Invalid \\escape": "Invalid escape character in string.",
+    "Invalid \\uXXXX escape": "Incorrect hex digit after \\u escape in string.",
+    "Invalid control character at": "Invalid encoding in string.",
+}
+
+
+def parse_json(body: bytes) -> dict[str, Any]:
+    """Parse a request body the way TF Serving's ``ParseJson()`` does.
+
+    rapidjson with ``kParseNanAndInfFlag``: standard JSON plus the bare tokens ``NaN``,
+    ``Infinity`` and ``-Infinity``; bytes that are not valid UTF-8 are accepted (they come back
+    as lone surrogates and are restored as raw bytes in ``DT_STRING`` tensors).
+
+    Raises ``INVALID_ARGUMENT``: ``JSON Parse error: The document is empty`` for an empty body,
+    ``JSON Parse error: <rapidjson message> at offset: <byte offset>`` for malformed JSON, and
+    ``JSON Value: <doc> Is not object`` when the top level is not an object.
+    """
+    if not body:
+        raise _invalid("JSON Parse error: The document is empty")
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        doc = _parse_lenient(body)
+    if type(doc) is not dict:
+        raise _format_error(doc, "Is not object")
+    return doc
+
+
+def _parse_lenient(body: bytes) -> Any:
+    """The slow path: NaN/Infinity tokens, invalid UTF-8, and rapidjson-style error messages."""
+    text = body.decode("utf-8", "surrogateescape")
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise _invalid("JSON Parse error: The document is nested too deeply.") from None
+    except json.JSONDecodeError as exc:
+        offset = len(text[: exc.pos].encode("utf-8", "surrogateescape"))
+        if not text.strip(" \t\r\n"):
+            message = "The document is empty."
+        elif exc.msg == "Expecting ',' delimiter":
+            message = (
+                "Missing a comma or '}' after an object member."
+                if _innermost_container(text, exc.pos) == "{"
+                else "Missing a comma or ']' after an array element."
+            )
+        else:
+            message = _PARSE_ERRORS.get(exc.msg, "Invalid value.")
+        raise _invalid(f"JSON Parse error: {message} at offset: {offset}") from None
+
+
+def _innermost_container(text: str, pos: int) -> str:
+    """The bracket (``{`` or ``[``) enclosing ``text[pos]``, skipping string contents."""
+    stack: list[str] = []
+    in_string = escaped = False
+    for ch in text[:pos]:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            stack.append(ch)
+        elif ch in "]}" and stack:
+            stack.pop()
+    return stack[-1] if stack else ""
+
+
+def signature_name(doc: Mapping[str, Any]) -> str:
+    """The request's ``"signature_name"``, or ``""`` (meaning ``serving_default``) when absent.
+
+    Raises ``INVALID_ARGUMENT`` ``JSON Value: <doc> not formatted correctly. 'signature_name' key
+    must be a string value.`` when it is not a string.
+    """
+    if "signature_name" not in doc:
+        return ""
+    name = doc["signature_name"]
+    if type(name) is not str:
+        raise _invalid(
+            f"JSON Value: {_json_value_to_string(doc)} not formatted correctly. "
+            "'signature_name' key must be a string value."
+        )
+    return name
+
+
+# --------------------------------------------------------------------------------------------
+# Request document -> input tensors
+# --------------------------------------------------------------------------------------------
+
+
+def decode_predict_inputs(
+    doc: Mapping[str, Any], input_dtypes: Mapping[str, str], signature: str = ""
+) -> tuple[JsonFormat, dict[str, np.ndarray]]:
+    """Decode ``"instances"`` or ``"inputs"`` into named numpy arrays.
+
+    ``input_dtypes`` maps each signature input alias to its TF dtype enum name (``"DT_FLOAT"``);
+    ``signature`` is only used in the message for an empty map. Returns the request format and
+    ``{alias: array}``. Raises ``INVALID_ARGUMENT`` with TF Serving's messages (see module doc),
+    e.g. ``Missing 'inputs' or 'instances' key``.
+    """
+    if not input_dtypes:
+        raise _invalid(f"Failed to get input map for signature: {signature or 'DEFAULT'}")
+    if "instances" in doc:
+        if "inputs" in doc:
+            raise _format_error(
+                doc,
+                "Not formatted correctly expecting only one of 'inputs' or 'instances' keys "
+                "to exist ",
+            )
+        instances = doc["instances"]
+        if type(instances) is not list:
+            raise _format_error(doc, "Excepting 'instances' to be an list/array")
+        if not instances:
+            raise _format_error(doc, "No values in 'instances' array")
+        return JsonFormat.ROW, _decode_instances(instances, input_dtypes)
+    if "inputs" in doc:
+        return JsonFormat.COLUMNAR, _decode_inputs(doc["inputs"], input_dtypes)
+    raise _invalid("Missing 'inputs' or 'instances' key")
+
+
+def _is_b64_object(val: Any) -> bool:
+    return type(val) is dict and len(val) == 1 and type(val.get("b64")) is str
+
+
+def _is_element_object(val: Any) -> bool:
+    return type(val) is dict and not _is_b64_object(val)
+
+
+def _decode_instances(
+    instances: list[Any], input_dtypes: Mapping[str, str]
+) -> dict[str, np.ndarray]:
+    """``FillTensorMapFromInstancesList``: stack the elements along a new batch axis."""
+    names = sorted(input_dtypes)
+    if type(instances[0]) is not dict and len(names) > 1:
+        raise _invalid(
+            "instances is a plain list, but expecting list of objects as multiple input tensors "
+            "required as per tensorinfo_map"
+        )
+    objects = _is_element_object(instances[0])
+    if objects:
+        name_set = set(names)
+        if name_set != {"b64"} and all(
+            type(row) is dict and row.keys() == name_set for row in instances
+        ):
+            decoded = {}
+            for name in names:
+                array = _fast_tensor([row[name] for row in instances], input_dtypes[name])
+                if array is None:
+                    break
+                decoded[name] = array
+            else:
+                return decoded
+    else:
+        array = _fast_tensor(instances, input_dtypes[names[0]])
+        if array is not None:
+            return {names[0]: array}
+    return _slow_instances(instances, names, input_dtypes, objects)
+
+
+def _slow_instances(
+    instances: list[Any], names: list[str], input_dtypes: Mapping[str, str], objects: bool
+) -> dict[str, np.ndarray]:
+    """Element-by-element reference path: finds the exact error TF Serving reports first."""
+    rows: dict[str, list[np.ndarray]] = {}
+    shapes: dict[str, tuple[list[int], int]] = {}
+    for index, element in enumerate(instances):
+        if objects:
+            if not _is_element_object(element):
+                raise _invalid(f"Expecting object but got list at item {index} of input list")
+            for name, value in element.items():
+                try:
+                    _add_instance_item(value, name, input_dtypes, shapes, rows)
+                except ServingError as exc:
+                    raise _invalid(
+                        f"Failed to process element: {index} key: {name} of 'instances' list. "
+                        f"Error: {exc.status_string()}"
+                    ) from None
+            if set(element) != set(names):
+                raise _invalid(
+                    f"Failed to process element: {index} of 'instances' list. JSON object: "
+                    f"{_json_value_to_string(element)} must only have keys: {','.join(names)}"
+                )
+        else:
+            if _is_element_object(element):
+                raise _invalid(f"Expecting value/list but got object at item {index} of input list")
+            try:
+                _add_instance_item(element, names[0], input_dtypes, shapes, rows)
+            except ServingError as exc:
+                raise _invalid(
+                    f"Failed to process element: {index} of 'instances' list. "
+                    f"Error: {exc.status_string()}"
+                ) from None
+    return {name: np.stack(arrays) for name, arrays in rows.items()}
+
+
+def _add_instance_item(
+    item: Any,
+    name: str,
+    input_dtypes: Mapping[str, str],
+    shapes: dict[str, tuple[list[int], int]],
+    rows: dict[str, list[np.ndarray]],
+) -> None:
+    """``AddInstanceItem``: one element of one input; all elements must share size and shape."""
+    if name not in input_dtypes:
+        raise _invalid(f"JSON object: does not have named input: {name}")
+    array, shape, size = _slow_tensor(item, input_dtypes[name])
+    if name not in shapes:
+        shapes[name] = (shape, size)
+    elif shapes[name][1] != size:
+        raise _invalid(f"Expecting tensor size: {shapes[name][1]} but got: {size}")
+    elif shapes[name][0] != shape:
+        raise _invalid(
+            f"Expecting shape {_shape_string(shapes[name][0])} but got: {_shape_string(shape)}"
+        )
+    rows.setdefault(name, []).append(array)
+
+
+def _decode_inputs(value: Any, input_dtypes: Mapping[str, str]) -> dict[str, np.ndarray]:
+    """``FillTensorMapFromInputsMap``: one value, or an object of named values (extras ignored)."""
+    names = sorted(input_dtypes)
+    if type(value) is not dict or _is_b64_object(value):
+        if len(names) > 1:
+            raise _invalid(
+                "inputs is a plain value/list, but expecting an object as multiple input "
+                "tensors required as per tensorinfo_map"
+            )
+        return {names[0]: _tensor(value, input_dtypes[names[0]])}
+    decoded = {}
+    for name in names:
+        if name not in value:
+            raise _invalid(f"Missing named input: {name} in 'inputs' object.")
+        decoded[name] = _tensor(value[name], input_dtypes[name])
+    return decoded
+
+
+def _tensor(value: Any, dtype_name: str) -> np.ndarray:
+    array = _fast_tensor(value, dtype_name)
+    return array if array is not None else _slow_tensor(value, dtype_name)[0]
+
+
+def _dense_shape(value: Any) -> list[int]:
+    """``GetDenseTensorShape``: the shape implied by following the first element of each list."""
+    shape = []
+    while type(value) is list:
+        shape.append(len(value))
+        if not value:
+            break
+        value = value[0]
+    if len(shape) > MAX_RANK:
+        raise _invalid(f"Too many dimensions in tensor: {len(shape)}; at most {MAX_RANK} here")
+    return shape
+
+
+def _shape_string(shape: list[int]) -> str:
+    return "[" + ",".join(str(d) for d in shape) + "]"
+
+
+# ---- fast path -------------------------------------------------------------------------------
+
+
+def _fast_tensor(value: Any, dtype_name: str) -> np.ndarray | None:
+    """Vectorised decode of a dense, well-typed value; ``None`` when anything is off."""
+    spec = _INPUT_TYPES.get(dtype_name)
+    if spec is None:
+        return None
+    shape = _dense_shape(value)
+    leaves = _flatten(value, shape)
+    if leaves is None:
+        return None
+    array = _convert_leaves(leaves, spec)
+    return None if array is None else array.reshape(shape)
+
+
+def _flatten(value: Any, shape: list[int]) -> list[Any] | None:
+    """The leaves of a dense nested list, or ``None`` when it is ragged (one check per sub-list)."""
+    if not shape:
+        return [value]
+    items: list[Any] = value
+    for size in shape[1:]:
+        if not all(type(item) is list and len(item) == size for item in items):
+            return None
+        items = list(itertools.chain.from_iterable(items))
+    return items
+
+
+def _convert_leaves(leaves: list[Any], spec: _InputType) -> np.ndarray | None:
+    kinds = set(map(type, leaves))
+    try:
+        if spec.kind == "float":
+            return _convert_floats(leaves, kinds, spec)
+        if spec.kind == "int":
+            if not kinds <= {int}:
+                return None
+            wide = np.array(leaves, dtype=np.uint64 if spec.hi == _UINT64_MAX else np.int64)
+            if wide.size and (int(wide.min()) < spec.lo or int(wide.max()) > spec.hi):
+                return None
+            return wide.astype(spec.numpy)
+        if spec.kind == "bool":
+            return np.array(leaves, dtype=np.bool_) if kinds <= {bool} else None
+        return _convert_strings(leaves, kinds)
+    except (OverflowError, ValueError, TypeError):
+        return None
+
+
+def _convert_floats(leaves: list[Any], kinds: set[type], spec: _InputType) -> np.ndarray | None:
+    if not kinds <= {int, float}:
+        return None
+    wide = np.array(leaves, dtype=np.float64)
+    if int in kinds:
+        # Integers beyond 2**digits - 1 are lossy (IsLosslessDecimal): only big values need a look.
+        for index in np.flatnonzero(np.abs(wide) > spec.max_exact_int):
+            leaf = leaves[index]
+            if type(leaf) is int and _INT64_MIN <= leaf <= _UINT64_MAX:
+                return None
+    finite = np.isfinite(wide)
+    if (np.abs(wide[finite]) > spec.max_value).any():
+        return None
+    return wide.astype(spec.numpy, copy=False)
+
+
+def _convert_strings(leaves: list[Any], kinds: set[type]) -> np.ndarray | None:
+    if kinds <= {str}:
+        values = [_utf8(leaf) for leaf in leaves]
+    elif kinds <= {str, dict}:
+        values = []
+        for leaf in leaves:
+            if type(leaf) is str:
+                values.append(_utf8(leaf))
+            elif _is_b64_object(leaf):
+                decoded = _b64decode(leaf["b64"])
+                if decoded is None:
+                    return None
+                values.append(decoded)
+            else:
+                return None
+    else:
+        return None
+    array = np.empty(len(values), dtype=object)
+    array[:] = values
+    return array
+
+
+def _utf8(text: str) -> bytes:
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates: raw bytes from the body, or \ud800-style escapes
+        try:
+            return text.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:
+            return text.encode("utf-8", "surrogatepass")
+
+
+def _b64decode(text: str) -> bytes | None:
+    """``absl::Base64Unescape``: standard alphabet, padding optional."""
+    try:
+        return base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        return None
+
+
+# ---- slow (reference) path ---------------------------------------------------------------------
+
+
+def _slow_tensor(value: Any, dtype_name: str) -> tuple[np.ndarray, list[int], int]:
+    """``FillTensorProto`` element by element. Returns the array, its shape and its value count."""
+    shape = _dense_shape(value)
+    leaves: list[Any] = []
+    _fill(value, 0, shape, dtype_name, leaves)
+    return _assemble(leaves, shape, dtype_name), shape, len(leaves)
+
+
+def _fill(value: Any, level: int, shape: list[int], dtype_name: str, out: list[Any]) -> None:
+    rank = len(shape)
+    if type(value) is not list:
+        if level != rank:
+            raise _invalid(
+                f"JSON Value: {_json_value_to_string(value)} found at incorrect level: "
+                f"{level + 1} in the JSON DOM. Expected at level: {rank}"
+            )
+        if type(value) is dict:
+            if dtype_name != "DT_STRING":
+                raise _type_error(value, dtype_name)
+            if not _is_b64_object(value):
+                raise _invalid(
+                    f"JSON Value: {_json_value_to_string(value)} not formatted correctly for "
+                    "base64 data"
+                )
+            decoded = _b64decode(value["b64"])
+            if decoded is None:
+                raise _invalid("Unable to base64 decode")
+            out.append(decoded)
+        else:
+            out.append(_convert_scalar(value, dtype_name))
+        return
+    if level >= rank:
+        raise _invalid(f"Encountered list at unexpected level: {level} expected < {rank}")
+    if len(value) != shape[level]:
+        raise _invalid(
+            f"Encountered list at unexpected size: {len(value)} at level: {level} "
+            f"expected size: {shape[level]}"
+        )
+    for item in value:
+        _fill(item, level + 1, shape, dtype_name, out)
+
+
+def _is_json_int(value: Any) -> bool:
+    """rapidjson stores integer literals within 64 bits as integers, larger ones as doubles."""
+    return type(value) is int and _INT64_MIN <= value <= _UINT64_MAX
+
+
+def _convert_scalar(value: Any, dtype_name: str) -> Any:
+    """``AddValueToTensor`` for one JSON scalar."""
+    spec = _INPUT_TYPES.get(dtype_name)
+    if spec is None:
+        raise ServingError(
+            Code.UNIMPLEMENTED,
+            f"Conversion of JSON Value: {_json_value_to_string(value)} to type: "
+            f"{_dtype_string(dtype_name)}",
+        )
+    kind = type(value)
+    if spec.kind == "float":
+        if kind not in (int, float):
+            raise _type_error(value, dtype_name)
+        if not _is_lossless(value, spec):
+            target = "float" if dtype_name == "DT_FLOAT" else "double"
+            raise _invalid(
+                f"Cannot convert JSON value: {_json_value_to_string(value)} to {target} "
+                "without loss of precision."
+            )
+        return float(value)
+    if spec.kind == "int":
+        if not (_is_json_int(value) and spec.lo <= value <= spec.hi):
+            raise _type_error(value, dtype_name)
+        return value
+    if spec.kind == "bool":
+        if kind is not bool:
+            raise _type_error(value, dtype_name)
+        return value
+    if kind is not str:
+        raise _type_error(value, dtype_name)
+    return _utf8(value)
+
+
+def _is_lossless(value: float, spec: _InputType) -> bool:
+    """``IsLosslessDecimal<T>``."""
+    if type(value) is float and not math.isfinite(value):
+        return True
+    if _is_json_int(value):
+        return abs(value) <= spec.max_exact_int
+    try:
+        return abs(float(value)) <= spec.max_value
+    except OverflowError:
+        return False
+
+
+def _assemble(leaves: list[Any], shape: list[int], dtype_name: str) -> np.ndarray:
+    spec = _INPUT_TYPES.get(dtype_name)
+    if spec is None:  # only reachable with no values at all (nothing to convert)
+        return np.zeros(shape, dtype=np.float32)
+    if spec.kind == "string":
+        array = np.empty(len(leaves), dtype=object)
+        array[:] = leaves
+    elif spec.kind == "int":
+        wide = np.array(leaves, dtype=np.uint64 if spec.hi == _UINT64_MAX else np.int64)
+        array = wide.astype(spec.numpy)
+    else:
+        array = np.array(leaves, dtype=spec.numpy)
+    return array.reshape(shape)
+
+
+def _type_error(value: Any, dtype_name: str) -> ServingError:
+    return _invalid(
+        f"JSON Value: {_json_value_to_string(value)} Type: {_json_type_string(value)} "
+        f"is not of expected type: {_dtype_string(dtype_name)}"
+    )
+
+
+def _format_error(value: Any, message: str) -> ServingError:
+    return _invalid(f"JSON Value: {_json_value_to_string(value)} {message}")
+
+
+def _json_type_string(value: Any) -> str:
+    """``JsonTypeString``: rapidjson's type names."""
+    if value is None:
+        return "Null"
+    if value is True:
+        return "True"
+    if value is False:
+        return "False"
+    if type(value) is dict:
+        return "Object"
+    if type(value) is list:
+        return "Array"
+    if type(value) is str:
+        return "String"
+    return "Number"
+
+
+# ---- rendering JSON values inside error messages (JsonValueToString) -------------------------
+
+
+def _json_value_to_string(value: Any) -> str:
+    """``JsonValueToString``: rapidjson's PrettyWriter, with top-level decimals via WriteDecimal."""
+    if type(value) is float or (type(value) is int and not _is_json_int(value)):
+        try:
+            number = float(value)
+        except OverflowError:
+            return str(value)
+        in_float_range = -_FLT_MAX <= number <= _FLT_MAX  # rapidjson Value::IsFloat()
+        return _write_decimal(number, np.float32 if in_float_range else np.float64)
+    return _pretty(value, 0)
+
+
+def _pretty(value: Any, depth: int) -> str:
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if type(value) is int:
+        return str(value) if _is_json_int(value) else _rapidjson_double(float(value))
+    if type(value) is float:
+        return _rapidjson_double(value)
+    if type(value) is str:
+        return json.dumps(value, ensure_ascii=False)
+    indent = "    " * (depth + 1)
+    if type(value) is list:
+        if not value:
+            return "[]"
+        items = [indent + _pretty(item, depth + 1) for item in value]
+        return "[\n" + ",\n".join(items) + "\n" + "    " * depth + "]"
+    if type(value) is dict:
+        if not value:
+            return "{}"
+        members = [
+            f"{indent}{json.dumps(key, ensure_ascii=False)}: {_pretty(item, depth + 1)}"
+            for key, item in value.items()
+        ]
+        return "{\n" + ",\n".join(members) + "\n" + "    " * depth + "}"
+    return str(value)
+
+
+def _write_decimal(value: float, dtype: type[np.floating[Any]]) -> str:
+    """``WriteDecimal``: ``%.6g``, ``%.9g``/``%.17g`` if that does not round-trip, ``.0`` added."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "-Infinity" if value < 0 else "Infinity"
+    typed = dtype(value)
+    text = f"{typed:.6g}"
+    if dtype(float(text)) != typed:
+        text = f"{typed:.9g}" if dtype is np.float32 else f"{typed:.17g}"
+    if "." not in text and "e" not in text:
+        text += ".0"
+    return text
+
+
+def _rapidjson_double(value: float) -> str:
+    """rapidjson ``Writer::Double``: shortest digits, laid out by ``internal::Prettify``."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "-Infinity" if value < 0 else "Infinity"
+    if value == 0.0:
+        return "-0.0" if math.copysign(1.0, value) < 0 else "0.0"
+    sign = "-" if value < 0 else ""
+    mantissa, _, exponent = repr(abs(value)).partition("e")
+    whole, _, fraction = mantissa.partition(".")
+    digits = (whole + fraction).lstrip("0")
+    k = (int(exponent) if exponent else 0) - len(fraction)
+    stripped = digits.rstrip("0")
+    k += len(digits) - len(stripped)
+    digits = stripped
+    length, kk = len(digits), len(digits) + k
+    if k >= 0 and kk <= 21:
+        text = digits + "0" * k + ".0"
+    elif 0 < kk <= 21:
+        text = digits[:kk] + "." + digits[kk:]
+    elif -6 < kk <= 0:
+        text = "0." + "0" * -kk + digits
+    elif length == 1:
+        text = f"{digits}e{kk - 1}"
+    else:
+        text = f"{digits[0]}.{digits[1:]}e{kk - 1}"
+    return sign + text
+
+
+# --------------------------------------------------------------------------------------------
+# Output tensors -> response document
+# --------------------------------------------------------------------------------------------
+
+
+def encode_predict_outputs(outputs: Mapping[str, np.ndarray], fmt: JsonFormat) -> bytes:
+    """``MakeJsonFromTensors``: the response body for ``outputs`` (alias -> numpy array).
+
+    Raises ``INVALID_ARGUMENT``: ``Cannot convert empty tensor map to JSON``; in row format
+    ``Tensor name: <n> has no shape information `` for a scalar output and ``Tensor name: <n> has
+    inconsistent batch size: <b> expecting: <b0>``; ``Failed to write JSON value for tensor type:
+    <dtype>`` for dtypes JSON cannot carry (complex, bfloat16, uint16, ...).
+    """
+    if not outputs:
+        raise _invalid("Cannot convert empty tensor map to JSON")
+    names = sorted(outputs)
+    if fmt is JsonFormat.ROW:
+        batch = -1
+        for name in names:
+            array = outputs[name]
+            if array.ndim == 0:
+                raise _invalid(f"Tensor name: {name} has no shape information ")
+            if batch >= 0 and array.shape[0] != batch:
+                raise _invalid(
+                    f"Tensor name: {name} has inconsistent batch size: {array.shape[0]} "
+                    f"expecting: {batch}"
+                )
+            batch = array.shape[0]
+        values = {name: _jsonable(name, outputs[name]) for name in names}
+        if len(names) == 1:
+            body: dict[str, Any] = {"predictions": values[names[0]]}
+        else:
+            body = {"predictions": [{n: values[n][i] for n in names} for i in range(batch)]}
+    else:
+        values = {name: _jsonable(name, outputs[name]) for name in names}
+        body = {"outputs": values[names[0]] if len(names) == 1 else values}
+    return orjson.dumps(body, option=_NUMPY_OPTS)
+
+
+def _jsonable(name: str, array: np.ndarray) -> Any:
+    """Something orjson writes as TF Serving would, indexable along axis 0 when ``ndim > 0``."""
+    if array.dtype == object:
+        as_b64 = name.endswith("_bytes")  # IsNamedTensorBytes
+        convert = _bytes_to_b64_object if as_b64 else _bytes_to_text
+        return np.frompyfunc(convert, 1, 1)(array).tolist() if array.ndim else convert(array.item())
+    if array.dtype not in _OUTPUT_NUMPY_TYPES:
+        raise _invalid(f"Failed to write JSON value for tensor type: {array.dtype.name}")
+    if array.dtype == np.float16:  # DT_HALF is written as float
+        array = array.astype(np.float32)
+    if array.dtype.kind == "f" and not np.isfinite(array).all():
+        return _with_nonfinite_tokens(array)
+    if array.ndim == 0:
+        return array[()]  # a numpy scalar
+    return np.ascontiguousarray(array)
+
+
+def _with_nonfinite_tokens(array: np.ndarray) -> Any:
+    """Nested lists of raw JSON number tokens, so NaN/Infinity appear as bare tokens."""
+    flat = array.ravel()
+    finite = np.isfinite(flat)
+    tokens = orjson.dumps(np.where(finite, flat, 0), option=_NUMPY_OPTS)[1:-1].split(b",")
+    for index in np.flatnonzero(~finite):
+        value = flat[index]
+        tokens[index] = b"NaN" if np.isnan(value) else (b"-Infinity" if value < 0 else b"Infinity")
+    fragments = np.empty(len(tokens), dtype=object)
+    fragments[:] = [orjson.Fragment(token) for token in tokens]
+    return fragments.reshape(array.shape).tolist()
+
+
+def _bytes_to_text(value: bytes) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _bytes_to_b64_object(value: bytes) -> dict[str, str]:
+    raw = value if isinstance(value, bytes) else str(value).encode()
+    return {"b64": base64.b64encode(raw).decode("ascii")}

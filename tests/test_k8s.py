@@ -1,0 +1,211 @@
+"""deploy/k8s: rendered with `kubectl kustomize`, every object validated against Kubernetes' schema,
+and the wiring checked against the apps themselves (labels, probes, ports, env, CPU sizing)."""
+
+from __future__ import annotations
+
+import math
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlsplit
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from api.app import create_app
+from api.cpu_budget import threads_per_worker, web_concurrency
+from api.settings import Settings
+from tests.support import REPO
+
+K8S = REPO / "deploy" / "k8s"
+# The newest schema kubernetes-validate ships (1.37 with kubernetes-validate 1.37).
+K8S_VERSION = kubernetes_validate.latest_version()
+
+pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="needs kubectl (kustomize) on PATH")
+
+
+@pytest.fixture(scope="module")
+def objects() -> list[dict[str, Any]]:
+    rendered = subprocess.run(
+        ["kubectl", "kustomize", str(K8S)], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    return [doc for doc in yaml.safe_load_all(rendered) if doc]
+
+
+def of_kind(objects: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
+    return {o["metadata"]["name"]: o for o in objects if o["kind"] == kind}
+
+
+def containers(objects: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:
+    for name, deployment in of_kind(objects, "Deployment").items():
+        for container in deployment["spec"]["template"]["spec"]["containers"]:
+            yield name, container
+
+
+def matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
+
+
+def cpus(quantity: str) -> float:
+    return int(quantity[:-1]) / 1000 if quantity.endswith("m") else float(quantity)
+
+
+def test_every_object_validates_strictly_against_the_current_schema(objects: list[dict[str, Any]]) -> None:
+    kinds = sorted(o["kind"] for o in objects)
+    for kind in ("ConfigMap", "Deployment", "HorizontalPodAutoscaler", "NetworkPolicy", "PodDisruptionBudget"):
+        assert kind in kinds
+    for obj in objects:
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)  # raises ValidationError
+
+
+def test_strict_validation_rejects_an_unknown_field(objects: list[dict[str, Any]]) -> None:
+    # The validator is not vacuous: a misspelt field fails.
+    deployment = dict(of_kind(objects, "Deployment")["api"])
+    deployment["spec"] = {**deployment["spec"], "replica": 2}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, K8S_VERSION, strict=True)
+
+
+def test_selectors_match_labels(objects: list[dict[str, Any]]) -> None:
+    deployments = of_kind(objects, "Deployment")
+    assert set(deployments) == {"api", "serving"}
+    pod_labels = {n: d["spec"]["template"]["metadata"]["labels"] for n, d in deployments.items()}
+    for name, deployment in deployments.items():
+        assert matches(deployment["spec"]["selector"]["matchLabels"], pod_labels[name])
+    for name, service in of_kind(objects, "Service").items():
+        assert [n for n, labels in pod_labels.items() if matches(service["spec"]["selector"], labels)] == [name]
+    for name, pdb in of_kind(objects, "PodDisruptionBudget").items():
+        assert matches(pdb["spec"]["selector"]["matchLabels"], pod_labels[name])
+    for name, hpa in of_kind(objects, "HorizontalPodAutoscaler").items():
+        target = hpa["spec"]["scaleTargetRef"]
+        assert (target["kind"], target["name"]) == ("Deployment", name)
+        assert hpa["spec"]["minReplicas"] >= 2  # a PDB of maxUnavailable 1 keeps one serving
+
+
+def test_services_target_named_container_ports(objects: list[dict[str, Any]]) -> None:
+    ports = {name: {p["name"]: p["containerPort"] for p in c["ports"]} for name, c in containers(objects)}
+    for name, service in of_kind(objects, "Service").items():
+        for port in service["spec"]["ports"]:
+            assert port["targetPort"] in ports[name], (name, port)
+    assert ports["serving"] == {"grpc": 8500, "http": 8501}  # TF Serving's ports
+    assert ports["api"]["http"] == 8000
+
+
+def test_only_api_pods_reach_servings_ports(objects: list[dict[str, Any]]) -> None:
+    (policy,) = of_kind(objects, "NetworkPolicy").values()
+    pods = {n: d["spec"]["template"]["metadata"]["labels"] for n, d in of_kind(objects, "Deployment").items()}
+    assert matches(policy["spec"]["podSelector"]["matchLabels"], pods["serving"])
+    assert not matches(policy["spec"]["podSelector"]["matchLabels"], pods["api"])
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    (rule,) = policy["spec"]["ingress"]
+    (source,) = rule["from"]
+    assert set(source) == {"podSelector"}  # pods of this namespace, no ipBlock or namespaceSelector
+    assert matches(source["podSelector"]["matchLabels"], pods["api"])
+    assert {p["port"] for p in rule["ports"]} == {8500, 8501}
+
+
+def test_api_reaches_serving_through_the_headless_service(objects: list[dict[str, Any]]) -> None:
+    env = {e["name"]: e["value"] for _, c in containers(objects) if c["name"] == "api" for e in c["env"]}
+    url = urlsplit(env["SERVING_URL"])
+    service = of_kind(objects, "Service")[url.hostname]
+    assert service["spec"]["clusterIP"] == "None"  # DNS answers every ready pod's address
+    assert url.port in {p["port"] for p in service["spec"]["ports"]}
+    assert float(env["SERVING_RESOLVE_INTERVAL_S"]) > 0
+
+
+def test_api_env_names_are_settings_or_gunicorn_variables(objects: list[dict[str, Any]]) -> None:
+    settings = {name.upper() for name in Settings.model_fields}
+    gunicorn_conf = (REPO / "gunicorn.conf.py").read_text()
+    gunicorn_vars = set(re.findall(r"""os\.environ\.get\(\s*["']([A-Z_]+)["']""", gunicorn_conf))
+    assert {"API_BIND", "API_GRACEFUL_TIMEOUT_S"} <= gunicorn_vars
+    (api,) = [c for name, c in containers(objects) if name == "api"]
+    names = [e["name"] for e in api["env"]]
+    unknown = [n for n in names if n not in settings | gunicorn_vars]
+    assert not unknown, f"env the API never reads: {unknown}"
+    env = {e["name"]: e["value"] for e in api["env"]}
+    Settings.model_validate({k.lower(): v for k, v in env.items() if k in settings})  # values parse too
+    assert env["API_BIND"].rsplit(":", 1)[1] == "8000"
+
+
+def test_api_probes_are_routes_of_the_app(objects: list[dict[str, Any]]) -> None:
+    (api,) = [c for name, c in containers(objects) if name == "api"]
+    routes = set(create_app(Settings()).openapi()["paths"])  # the routes the app declares
+    assert api["readinessProbe"]["httpGet"]["path"] == "/readyz" in routes
+    assert api["livenessProbe"]["httpGet"]["path"] == "/healthz" in routes
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert api[probe]["httpGet"]["port"] == "http"
+
+
+def test_serving_probes_ask_model_status_of_the_configured_models(objects: list[dict[str, Any]]) -> None:
+    # TF Serving's own model status path pattern.
+    from serving.model_servers.http_rest_api_handler import _MODEL_STATUS_API
+
+    (serving,) = [c for name, c in containers(objects) if name == "serving"]
+    configured = re.findall(r'name:\s*"([^"]+)"', (K8S / "models.config").read_text())
+    liveness = serving["livenessProbe"]["httpGet"]
+    assert liveness["port"] == "http" and _MODEL_STATUS_API.fullmatch(liveness["path"])
+    assert liveness["path"].rsplit("/", 1)[1] in configured
+    for probe in ("startupProbe", "readinessProbe"):
+        script = serving[probe]["exec"]["command"][-1]
+        assert "/dev/tcp/127.0.0.1/8501" in script and "AVAILABLE" in script
+        assert re.search(r"for m in ([\w ]+);", script).group(1).split() == configured
+        assert _MODEL_STATUS_API.fullmatch("/v1/models/fraud") and "GET /v1/models/$m " in script
+
+
+def test_cpu_limits_agree_with_how_each_tier_sizes_its_threads(objects: list[dict[str, Any]]) -> None:
+    by_name = dict(containers(objects))
+    for name, container in by_name.items():
+        resources = container["resources"]
+        # requests = limits: the quota the processes size themselves from is what is reserved.
+        assert resources["requests"]["cpu"] == resources["limits"]["cpu"], name
+    api, serving = by_name["api"], by_name["serving"]
+    api_cpus = math.ceil(cpus(api["resources"]["limits"]["cpu"]))
+    env = {e["name"]: e["value"] for e in api["env"]}
+    assert "WEB_CONCURRENCY" not in env  # workers follow the quota (gunicorn.conf.py)
+    workers = web_concurrency(env, api_cpus)
+    assert workers == api_cpus and threads_per_worker(api_cpus, workers) == 1
+    flags = dict(arg.removeprefix("--").split("=", 1) for arg in serving["args"])
+    serving_cpus = math.ceil(cpus(serving["resources"]["limits"]["cpu"]))
+    intra, inter = int(flags["tensorflow_intra_op_parallelism"]), int(flags["tensorflow_inter_op_parallelism"])
+    assert intra == serving_cpus and 1 <= inter <= serving_cpus
+    assert int(flags["rest_api_num_threads"]) == 4 * serving_cpus  # TF Serving's default per CPU
+
+
+def test_non_root_and_read_only_root_filesystem(objects: list[dict[str, Any]]) -> None:
+    for name, deployment in of_kind(objects, "Deployment").items():
+        pod = deployment["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] != 0
+        for container in pod["containers"]:
+            context = container["securityContext"]
+            assert context["readOnlyRootFilesystem"] is True, name
+            assert context["allowPrivilegeEscalation"] is False and context["capabilities"]["drop"] == ["ALL"]
+            mounts = {m["mountPath"] for m in container["volumeMounts"]}
+            assert "/tmp" in mounts, f"{name}: a writable /tmp (gunicorn's metrics dir, TensorFlow's temp files)"
+
+
+def test_serving_gets_models_config_and_models_volume(objects: list[dict[str, Any]]) -> None:
+    deployment = of_kind(objects, "Deployment")["serving"]
+    pod = deployment["spec"]["template"]["spec"]
+    (serving,) = pod["containers"]
+    mounts = {m["name"]: m for m in serving["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert mounts["models"]["mountPath"] == "/models" and mounts["models"]["readOnly"] is True
+    assert volumes["models"]["persistentVolumeClaim"]["claimName"] in of_kind(objects, "PersistentVolumeClaim")
+    config_map = of_kind(objects, "ConfigMap")[volumes["config"]["configMap"]["name"]]
+    assert set(config_map["data"]) == {"models.config", "monitoring.config"}
+    for key in config_map["data"]:
+        assert f"--{key.replace('.config', '')}_config_file=/config/{key}" in serving["args"] or (
+            key == "models.config" and "--model_config_file=/config/models.config" in serving["args"]
+        )
+    for line in config_map["data"]["models.config"].splitlines():
+        if line.strip().startswith("base_path:"):
+            assert line.split('"')[1].startswith("/models/")
+
+
+def test_config_copies_equal_the_repository_files() -> None:
+    # kustomize reads no file outside deploy/k8s, so these are copies; they must not drift.
+    assert (K8S / "models.config").read_text() == (REPO / "models.config").read_text()
+    assert (K8S / "monitoring.config").read_text() == (REPO / "deploy" / "serving" / "monitoring.config").read_text()
