@@ -1,15 +1,16 @@
 # make run   - create .venv if missing, install, start serving + API on the example models
 # make test  - ruff, the import contracts (lint-imports) and the test suite (what CI runs)
-# make model - retrain and re-export the examples (models/fraud/1, models/digits/1)
+# make model - retrain and re-export the examples (models/fraud/1, models/digits/1,
+#              models/fraud_transformer/1)
 # make doctor - check the CPU budget of both tiers, blocking async endpoints, gunicorn preload
 # make protos - regenerate the API's TF Serving protos (api/protos/*_pb2*.py) from their .proto files
 # make chaos - the API under faults and hostile clients (real processes, loopback, ~2 min): a table per fault
-# make bench - naive vs tuned in-process vs split vs ceiling, quick plan (< 5 min on 2 cores; needs wrk)
-# make bench-full - the same benchmark, full plan (longer runs, more offered loads)
+# make bench - throughput at a p99 SLO: naive, tuned in-process, split, ceiling; quick plan (< 8 min on 2 cores)
+# make bench-full - the same benchmark, full plan (every split variant, longer steps, finer search)
 # make compose-test - docker-compose.yml for real: build, up, score, scale serving to 3 under load, stop one,
 #                     down (Docker, else podman from Debian's packages; ~8 min on a fresh machine)
-# make bench-serving - the serving tier alone: REST/gRPC, batching off/on, 1/2 cores (~6 min; needs wrk,
-#                      and h2load for gRPC: apt-get install nghttp2-client, else a slower Python generator)
+# make bench-serving - the serving tier alone: REST/gRPC, batching off/on, 1/2 cores (~6 min; h2load for
+#                      gRPC: apt-get install nghttp2-client, else a slower Python generator)
 
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -46,6 +47,7 @@ compose-test:
 model: $(STAMP)
 	$(PY) -m models.train_fraud --output models/fraud --version 1
 	$(PY) -m models.train_digits --output models/digits --version 1
+	$(PY) -m models.train_fraud_transformer --output models/fraud_transformer --version 1
 
 protos: $(STAMP)
 	$(PY) -m api.protos.generate

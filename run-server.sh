@@ -11,6 +11,11 @@
 #    fails; more than SERVING_MAX_RESTARTS exits within SERVING_RESTART_WINDOW_S stop the
 #    API too and the script exits non-zero, for the orchestrator to act on. The API
 #    exiting stops serving and exits non-zero.
+#
+# Both tiers are sized from the CPUs this container may use (cgroup quota and affinity):
+# `python -m api.cpu_budget` splits them between API workers and serving's session threads,
+# one TensorFlow thread each, so the two tiers never have more busy threads than CPUs
+# (from 2 CPUs up; `make doctor` checks it).
 # SIGTERM/SIGINT stop both: the API first (it drains in-flight requests), then serving.
 #
 # Serving's REST and gRPC ports are bound to SERVING_BIND_HOST, loopback by default: in
@@ -18,14 +23,16 @@
 #
 # Environment (defaults in brackets):
 #   MODEL_CONFIG_FILE [models.config]  REST_API_PORT [8501]  GRPC_PORT [8500]
-#   API_PORT [8000]  API_HOST [0.0.0.0]  WEB_CONCURRENCY [from the CPU quota]
+#   API_PORT [8000]  API_HOST [0.0.0.0]
+#   WEB_CONCURRENCY [from the CPU budget]: API workers; serving gets the CPUs left
 #   MODELS_DIR: when set, the config's "/models/" base_path prefix is rewritten to it
 #   SERVING_HOST [127.0.0.1]: where serving's REST API is polled and called
 #   SERVING_BIND_HOST [127.0.0.1]: serving's bind address (python -m serving only;
 #     0.0.0.0 to expose serving's ports)
 #   SERVING_MAX_RESTARTS [5]  SERVING_RESTART_WINDOW_S [60]
 #   SERVING_READY_TIMEOUT_S [120]  PYTHON [python3]
-#   SERVING_ARGS: extra flags for the model server (e.g. --enable_batching)
+#   SERVING_ARGS: extra flags for the model server (e.g. --enable_batching); its thread
+#     flags win over the CPU budget's
 set -euo pipefail
 
 MODEL_CONFIG_FILE=${MODEL_CONFIG_FILE:-models.config}
@@ -53,11 +60,13 @@ for port in "$GRPC_PORT" "$REST_API_PORT" "$API_PORT"; do
     exit 1
   fi
 done
+temp_files=()
+trap 'rm -f "${temp_files[@]}"' EXIT
 config=$MODEL_CONFIG_FILE
 if [[ -n "${MODELS_DIR:-}" ]]; then
   models_dir=$(cd "$MODELS_DIR" && pwd)
   config=$(mktemp "${TMPDIR:-/tmp}/models.config.XXXXXX")
-  trap 'rm -f "$config"' EXIT
+  temp_files+=("$config")
   sed "s#\"/models/#\"${models_dir}/#g" "$MODEL_CONFIG_FILE" > "$config"
 fi
 # The models to wait for: every model_config_list.config's name, parsed as the protobuf
@@ -66,6 +75,21 @@ names=$(cd "$HERE" && "$PYTHON" -m api.serving_config "$config") || { log "canno
 mapfile -t model_names <<< "$names"
 
 serving_flags=(--port="$GRPC_PORT" --rest_api_port="$REST_API_PORT" --model_config_file="$config")
+
+# The CPU budget of both tiers: sets WEB_CONCURRENCY, the API's thread variables,
+# SERVING_BUDGET_FLAGS and SERVING_BUDGET_BATCHING (see api/cpu_budget.py).
+budget=$(cd "$HERE" && "$PYTHON" -m api.cpu_budget) || { log "cannot size the tiers from the CPU budget"; exit 2; }
+eval "$budget"
+export WEB_CONCURRENCY OMP_NUM_THREADS MKL_NUM_THREADS OPENBLAS_NUM_THREADS
+read -r -a budget_flags <<< "$SERVING_BUDGET_FLAGS"
+serving_flags+=("${budget_flags[@]}")
+if [[ -n "$SERVING_BUDGET_BATCHING" ]]; then
+  batching=$(mktemp "${TMPDIR:-/tmp}/batching.config.XXXXXX")
+  temp_files+=("$batching")
+  printf '%s' "$SERVING_BUDGET_BATCHING" > "$batching"
+  serving_flags+=(--batching_parameters_file="$batching")
+fi
+log "CPU budget: API ${WEB_CONCURRENCY} worker(s); serving ${budget_flags[*]:-(flags from SERVING_ARGS)}"
 serving_pid=
 api_pid=
 backoff_pid=

@@ -1,20 +1,23 @@
 """`python -m api.doctor`: checks a deployment's CPU budget and the API's async hygiene.
 
     python -m api.doctor                                  # from the environment
-    python -m api.doctor --workers 2 --serving-intra-op 1 --serving-inter-op 1
+    python -m api.doctor --workers 2 --serving-threads 1 --serving-intra-op 1 --serving-inter-op 1
     python -m api.doctor --cpus 4 --app api.app:create_app --gunicorn-config gunicorn.conf.py
 
 Three checks, each line `OK`, `WARN` or `INFO`; exit status 1 when any check warns, so it
 can gate a CI job or a container start:
 
 1. CPU budget across both tiers against the quota (`api.cpu_budget`: cgroup v2/v1 and
-   affinity). Busy threads = API workers x threads per worker + serving's intra-op and
-   inter-op pool sizes (`--tensorflow_intra_op_parallelism` /
-   `--tensorflow_inter_op_parallelism`, falling back to `--tensorflow_session_parallelism`
-   as the model server does; 0 lets TensorFlow use every core). More busy threads than
-   CPUs means they take turns: latency grows and throughput does not.
+   affinity). Busy threads = API workers x threads per worker + serving's: Session runs at
+   once (`--rest_api_num_threads`, or `num_batch_threads` with `--enable_batching`) x
+   intra-op threads each (`--tensorflow_intra_op_parallelism`), plus the inter-op pool
+   beyond one thread (`--tensorflow_inter_op_parallelism`; with one, a run executes on its
+   calling thread), an upper bound. More busy threads than CPUs means they take turns:
+   latency grows and throughput does not.
    Sources, first found wins: the flags below; `WEB_CONCURRENCY`, `OMP_NUM_THREADS` and
-   the model-server flags in `SERVING_ARGS`; the defaults `gunicorn.conf.py` would pick.
+   the model-server flags in `SERVING_ARGS` (and its `--batching_parameters_file`); the
+   one-container budget `run-server.sh` starts with (`api.cpu_budget.one_container_budget`),
+   so `make doctor` with nothing set checks the default deployment.
 2. Blocking calls in `async def` endpoints: the app is built (no lifespan, no I/O) and
    each `async def` endpoint's source is parsed with `ast`, flagging calls that hold the
    event loop (time.sleep, requests.*, urllib, sync httpx, open(), subprocess.*,
@@ -46,8 +49,9 @@ from api.cpu_budget import (
     affinity_cpus,
     available_cpus,
     cgroup_cpu_quota,
-    threads_per_worker,
-    web_concurrency,
+    flag_value,
+    num_batch_threads,
+    one_container_budget,
 )
 
 # Dotted call names that block the calling thread; prefixes end with ".".
@@ -101,6 +105,7 @@ class CpuBudget:
     workers: int
     workers_source: str
     threads_per_worker: int
+    serving_session_threads: int  # Session runs at once
     serving_intra_op: int
     serving_inter_op: int
     serving_source: str
@@ -110,8 +115,15 @@ class CpuBudget:
         return self.workers * self.threads_per_worker
 
     @property
+    def serving_threads(self) -> int:
+        """Session runs x intra-op threads, plus inter-op threads beyond the calling one."""
+        return self.serving_session_threads * self.serving_intra_op + max(
+            0, self.serving_inter_op - 1
+        )
+
+    @property
     def total(self) -> int:
-        return self.api_threads + self.serving_intra_op + self.serving_inter_op
+        return self.api_threads + self.serving_threads
 
 
 def serving_flag(args: Sequence[str], name: str) -> int | None:
@@ -120,13 +132,23 @@ def serving_flag(args: Sequence[str], name: str) -> int | None:
     Raises:
         ValueError: the flag is there with a value that is not an integer.
     """
-    flag = f"--{name}"
-    for i, arg in enumerate(args):
-        if arg.startswith(flag + "="):
-            return int(arg.split("=", 1)[1])
-        if arg == flag and i + 1 < len(args):
-            return int(args[i + 1])
-    return None
+    value = flag_value(args, name)
+    return None if value is None else int(value)
+
+
+def _batch_threads(serving_args: Sequence[str]) -> int | None:
+    """num_batch_threads from SERVING_ARGS' parameters file, when batching is on and it sets
+    one; None otherwise (batching off, no file, or the file does not say)."""
+    enabled = flag_value(serving_args, "enable_batching")
+    if enabled is None or enabled.lower() in ("false", "0"):
+        return None
+    path = flag_value(serving_args, "batching_parameters_file")
+    if not path:
+        return None
+    try:
+        return num_batch_threads(Path(path).read_text())
+    except OSError:
+        return None
 
 
 def cpu_budget(
@@ -137,9 +159,10 @@ def cpu_budget(
     api_threads: int | None = None,
     serving_intra_op: int | None = None,
     serving_inter_op: int | None = None,
+    serving_threads: int | None = None,
     cgroup_root: Path = CGROUP_ROOT,
 ) -> CpuBudget:
-    """Work out the budget from explicit values, then `env`, then gunicorn.conf.py's defaults.
+    """Work out the budget from explicit values, then `env`, then run-server.sh's default.
 
     A serving pool size of 0 (TensorFlow's default) counts as one thread per CPU.
 
@@ -157,35 +180,55 @@ def cpu_budget(
             if quota is not None
             else f"no cgroup quota, affinity {affinity}"
         )
+    default = one_container_budget(whole_cpus, env)
 
     if workers is not None:
         workers_source = "--workers"
     elif env.get("WEB_CONCURRENCY", "").strip():
-        workers, workers_source = web_concurrency(env, whole_cpus), "WEB_CONCURRENCY"
+        workers, workers_source = default.api_workers, "WEB_CONCURRENCY"
     else:
-        workers, workers_source = web_concurrency({}, whole_cpus), "one per CPU (gunicorn.conf.py)"
+        workers, workers_source = default.api_workers, "run-server.sh's CPU budget"
     if api_threads is None:
         omp = env.get("OMP_NUM_THREADS", "").strip()
-        api_threads = int(omp) if omp else threads_per_worker(whole_cpus, workers)
+        api_threads = int(omp) if omp else default.api_threads_per_worker
 
     serving_args = shlex.split(env.get("SERVING_ARGS", ""))
-    session = serving_flag(serving_args, "tensorflow_session_parallelism") or 0
+    session = serving_flag(serving_args, "tensorflow_session_parallelism")
     sources = []
-    if serving_intra_op is None:
-        serving_intra_op = serving_flag(serving_args, "tensorflow_intra_op_parallelism") or session
-        sources.append("intra-op from SERVING_ARGS" if serving_intra_op else "intra-op default")
-    if serving_inter_op is None:
-        serving_inter_op = serving_flag(serving_args, "tensorflow_inter_op_parallelism") or session
-        sources.append("inter-op from SERVING_ARGS" if serving_inter_op else "inter-op default")
-    serving_source = ", ".join(sources) or "flags"
+
+    def pick(explicit: int | None, flag: str, budget_value: int, label: str) -> int:
+        if explicit is not None:
+            sources.append(f"{label} from the command line")
+            return explicit or whole_cpus
+        value = serving_flag(serving_args, flag)
+        if value is None and flag.endswith("_op_parallelism") and session is not None:
+            value = session
+        if value is not None:
+            sources.append(f"{label} from SERVING_ARGS")
+            return value or (4 * whole_cpus if flag == "rest_api_num_threads" else whole_cpus)
+        return budget_value
+
+    intra = pick(serving_intra_op, "tensorflow_intra_op_parallelism", default.serving_intra_op,
+                 "intra-op")
+    inter = pick(serving_inter_op, "tensorflow_inter_op_parallelism", default.serving_inter_op,
+                 "inter-op")
+    batch = _batch_threads(serving_args) if serving_threads is None else None
+    if batch is not None:
+        runs = batch
+        sources.append("session runs: num_batch_threads of the batching parameters file")
+    else:
+        runs = pick(serving_threads, "rest_api_num_threads", default.serving_session_threads,
+                    "session runs")
+    serving_source = ", ".join(sources) or "run-server.sh's CPU budget"
     return CpuBudget(
         cpus=usable,
         cpus_source=cpus_source,
         workers=workers,
         workers_source=workers_source,
         threads_per_worker=api_threads,
-        serving_intra_op=serving_intra_op or whole_cpus,
-        serving_inter_op=serving_inter_op or whole_cpus,
+        serving_session_threads=runs,
+        serving_intra_op=intra,
+        serving_inter_op=inter,
         serving_source=serving_source,
     )
 
@@ -204,18 +247,25 @@ def check_cpu_budget(budget: CpuBudget) -> list[Finding]:
         Finding(
             "INFO",
             "cpu",
-            f"serving: intra-op {b.serving_intra_op} + inter-op {b.serving_inter_op} "
-            f"({b.serving_source}; 0 = one per CPU) = {b.serving_intra_op + b.serving_inter_op}",
+            f"serving: {b.serving_session_threads} session run(s) x intra-op {b.serving_intra_op}"
+            f", inter-op {b.serving_inter_op} ({b.serving_source}) = {b.serving_threads}",
         ),
     ]
     if b.total > b.cpus:
+        advice = (
+            "one CPU cannot hold both tiers without their taking turns: give the container "
+            "at least 2 CPUs"
+            if b.cpus < 2
+            else "lower WEB_CONCURRENCY or serving's --rest_api_num_threads / "
+            "--tensorflow_intra_op_parallelism / --tensorflow_inter_op_parallelism "
+            "(run-server.sh sizes them when they are not set)"
+        )
         lines.append(
             Finding(
                 "WARN",
                 "cpu",
                 f"oversubscribed: {b.total} busy threads on {b.cpus:g} CPUs "
-                f"({b.total / b.cpus:.1f}x); lower WEB_CONCURRENCY or set "
-                "--tensorflow_intra_op_parallelism/--tensorflow_inter_op_parallelism",
+                f"({b.total / b.cpus:.1f}x); {advice}",
             )
         )
     else:
@@ -379,6 +429,7 @@ def run(args: argparse.Namespace, env: Mapping[str, str], out: TextIO) -> int:
             api_threads=args.api_threads,
             serving_intra_op=args.serving_intra_op,
             serving_inter_op=args.serving_inter_op,
+            serving_threads=args.serving_threads,
         )
         findings += check_cpu_budget(budget)
     except ValueError as exc:
@@ -432,6 +483,11 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--serving-inter-op", type=_at_least(0), help="serving inter-op threads (0 = per CPU)"
+    )
+    p.add_argument(
+        "--serving-threads",
+        type=_at_least(1),
+        help="serving Session runs at once (--rest_api_num_threads / num_batch_threads)",
     )
     p.add_argument(
         "--app",

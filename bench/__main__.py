@@ -1,15 +1,18 @@
-"""`python -m bench`: the before/after benchmark, side by side, in one command.
+"""`python -m bench`: throughput at a latency SLO, every setup side by side, in one command.
 
-    python -m bench                 # quick plan, under 5 minutes on 2 cores (make bench)
-    python -m bench --full          # full plan (make bench-full)
-    python -m bench --setups naive,tuned,split-rest
-    python -m bench --profile       # also profile the best split variant with py-spy
+    python -m bench                         # quick plan, under 8 minutes on 2 cores (make bench)
+    python -m bench --full                  # full plan: every variant, longer steps (make bench-full)
+    python -m bench --workload fraud --setups tuned,split,split-coalescing
+    python -m bench --slo-ms 50             # another latency bound (default 25 ms)
+    python -m bench --workload fraud --setups tuned,split --variant SERVING_ARGS=--enable_batching
+    python -m bench --profile               # also profile the headline split with py-spy
 
-Starts every setup itself on 127.0.0.1 (see bench.setups), drives it with wrk, prints
-progress as it goes, and writes report.md, results.json and PNG plots to
-bench/results/<UTC timestamp>/ (bench/results/latest points at the newest run).
-Exit status: 0 when the run completed (whether or not the goals held), 2 on a bad
-command line or a missing tool.
+Starts every setup itself on 127.0.0.1 (see bench.setups), drives it with the open-loop
+generator (bench.loadgen), searches each setup's SLO-RPS (bench.slo), prints progress as it
+goes and the SLO table and targets at the end, and writes report.md, results.json and
+slo_curves.png / memory.png to bench/results/<UTC timestamp>/ (bench/results/latest points at
+the newest run). Exit status: 0 when the run completed (whether or not the targets held), 2
+on a bad command line.
 """
 
 from __future__ import annotations
@@ -21,18 +24,23 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 from bench.goals import evaluate
-from bench.load import LoadToolError, require_wrk
-from bench.plan import FULL, QUICK
+from bench.plan import FULL, QUICK, Plan
 from bench.processes import REPO
-from bench.report import goals_table, headline_table, write_outputs
-from bench.runner import Environment, Runner
-from bench.setups import all_setups
-from bench.workload import body_pool, write_body_pool
+from bench.report import goals_table, slo_table, write_outputs
+from bench.runner import Environment, Job, Runner
+from bench.setups import Setup, all_setups, custom_variant
+from bench.workload import FRAUD, WORKLOADS, Workload, body_pool, write_body_pool
+
+#: What each plan runs per workload by default (--setups overrides).
+QUICK_SETUPS = {
+    "fraud": ("ceiling", "naive", "tuned", "split", "split-coalescing"),
+    "fraud-transformer": ("tuned", "split"),
+}
 
 DEFAULT_OUT = REPO / "bench" / "results"
 
@@ -47,7 +55,7 @@ def _cpu_list(text: str) -> tuple[int, ...]:
 
 
 def default_pinning(cpus: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """Servers on all CPUs but the last, wrk on the last; nothing pinned on one CPU."""
+    """Servers on all CPUs but the last, the load generator on the last; nothing pinned on one CPU."""
     cpus = sorted(cpus)
     if len(cpus) < 2:
         return (), ()
@@ -59,25 +67,35 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m bench", description=__doc__.split("\n\n")[0] if __doc__ else None
     )
     parser.add_argument(
-        "--full", action="store_true", help="the full plan (longer runs, more loads)"
+        "--full", action="store_true", help="the full plan (every variant, longer steps)"
     )
     parser.add_argument(
-        "--setups", default="", help="comma-separated setup names (default: all); see --list"
+        "--workload", default=",".join(WORKLOADS),
+        help=f"comma-separated workloads ({', '.join(WORKLOADS)}); default: all",
+    )
+    parser.add_argument(
+        "--setups", default="",
+        help="comma-separated setup names for every workload (default: the plan's); see --list",
+    )
+    parser.add_argument("--slo-ms", type=float, help="the p99 bound in ms (default 25)")
+    parser.add_argument(
+        "--variant", action="append", default=[], metavar="NAME=VALUE[,NAME=VALUE]",
+        help="also run the split with these run-server.sh settings (repeatable), e.g. "
+        "--variant SERVING_ARGS=--enable_batching; named split+NAME=VALUE",
     )
     parser.add_argument("--list", action="store_true", help="list the setups and exit")
     parser.add_argument("--server-cpus", type=_cpu_list, help="CPUs for the servers, e.g. 0 or 0-2")
-    parser.add_argument("--load-cpus", type=_cpu_list, help="CPUs for wrk, e.g. 3")
+    parser.add_argument("--load-cpus", type=_cpu_list, help="CPUs for the load generator, e.g. 3")
     parser.add_argument("--no-pin", action="store_true", help="pin nothing (all share all CPUs)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="results root folder")
     parser.add_argument(
-        "--profile", action="store_true", help="profile the best split variant with py-spy"
+        "--profile", action="store_true", help="profile the headline split with py-spy"
     )
     return parser
 
 
 def _meta(mode: str, server: tuple[int, ...], load: tuple[int, ...]) -> dict[str, object]:
     def first_line(*args: str) -> str:
-        # `wrk -v` prints its version and then exits 1 (usage): take the line anyway.
         try:
             done = subprocess.run(args, capture_output=True, text=True, timeout=10, cwd=REPO)
         except (OSError, subprocess.TimeoutExpired):
@@ -100,10 +118,33 @@ def _meta(mode: str, server: tuple[int, ...], load: tuple[int, ...]) -> dict[str
         "cpu_model": cpu_model,
         "loadavg": " ".join(Path("/proc/loadavg").read_text().split()[:3]),
         "python": platform.python_version(),
-        "wrk": first_line("wrk", "-v").split(" Copyright")[0],
         "commit": first_line("git", "rev-parse", "--short", "HEAD"),
         "pinning": {"server_cpus": list(server), "load_cpus": list(load)},
     }
+
+
+def jobs_for(
+    plan: Plan, workloads: Sequence[Workload], setups: Sequence[Setup], wanted: Sequence[str],
+    also: Sequence[str] = (),
+) -> list[Job]:
+    """The (workload, setup) jobs of a run, in run order (tuned before the splits: their
+    targets compare at tuned's SLO-RPS): `wanted`, else the plan's, and `also` (--variant).
+    Memory is measured for the first workload only: the headline split, naive, tuned and
+    ceiling (every split variant in the full plan)."""
+    jobs = []
+    for i, workload in enumerate(workloads):
+        if wanted:
+            names = set(wanted)
+        elif plan.mode == "full":
+            names = {s.name for s in setups}
+        else:
+            names = set(QUICK_SETUPS.get(workload.name, QUICK_SETUPS[FRAUD.name]))
+        names |= set(also)
+        for setup in setups:
+            if setup.name in names:
+                memory = i == 0 and (setup.column != "split" or setup.headline or plan.memory_variants)
+                jobs.append(Job(workload, setup, memory=memory))
+    return jobs
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -113,19 +154,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.list:
         for s in setups:
             state = "" if s.available else f"  [{s.unavailable_reason}]"
-            print(f"{s.name:28} {s.description}{state}")
+            print(f"{s.name:24} {s.description}{state}")
+        print("\nworkloads:")
+        for w in WORKLOADS.values():
+            print(f"{w.name:24} {w.description}")
         return 0
-    if args.setups:
-        wanted = [name.strip() for name in args.setups.split(",") if name.strip()]
-        unknown = set(wanted) - {s.name for s in setups}
-        if unknown:
-            print(f"python -m bench: unknown setups {sorted(unknown)}; see --list", file=sys.stderr)
-            return 2
-        setups = [s for s in setups if s.name in wanted]
+    wanted = [name.strip() for name in args.setups.split(",") if name.strip()]
     try:
-        require_wrk()
-    except LoadToolError as exc:
-        print(f"python -m bench: {exc}", file=sys.stderr)
+        variants = [custom_variant(dict(item.split("=", 1) for item in spec.split(",")))
+                    for spec in args.variant]
+    except ValueError as exc:
+        print(f"python -m bench: --variant: {exc} (NAME=VALUE[,NAME=VALUE])", file=sys.stderr)
+        return 2
+    setups += variants
+    unknown = set(wanted) - {s.name for s in setups}
+    if unknown:
+        print(f"python -m bench: unknown setups {sorted(unknown)}; see --list", file=sys.stderr)
+        return 2
+    names = [w.strip() for w in args.workload.split(",") if w.strip()]
+    if not names or set(names) - WORKLOADS.keys():
+        print(f"python -m bench: --workload takes {', '.join(WORKLOADS)}", file=sys.stderr)
+        return 2
+    if args.slo_ms is not None and not args.slo_ms > 0:
+        print("python -m bench: --slo-ms must be > 0", file=sys.stderr)
         return 2
 
     if args.no_pin:
@@ -135,6 +186,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         server_cpus = args.server_cpus or server_cpus
         load_cpus = args.load_cpus or load_cpus
     plan = FULL if args.full else QUICK
+    if args.slo_ms is not None:
+        plan = replace(plan, slo_ms=args.slo_ms)
+    jobs = jobs_for(plan, [WORKLOADS[n] for n in names], setups, wanted,
+                    also=[v.name for v in variants])
     run_dir = args.out / datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     run_dir.mkdir(parents=True, exist_ok=True)
     pool = write_body_pool(run_dir / "bodies.jsonl")
@@ -150,19 +205,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(line, flush=True)
 
     meta = _meta(plan.mode, server_cpus, load_cpus)
+    meta["slo_ms"] = plan.slo_ms
+    meta["command"] = " ".join(["python -m bench", *(argv if argv is not None else sys.argv[1:])])
     progress(
-        f"[bench] {plan.mode} plan, {len(setups)} setups, servers on CPUs "
-        f"{','.join(map(str, server_cpus)) or 'all'}, wrk on CPUs "
+        f"[bench] {plan.mode} plan, {len(jobs)} setups ("
+        + ", ".join(f"{j.workload.name}/{j.setup.name}" for j in jobs)
+        + f"), SLO p99 <= {plan.slo_ms:g} ms, servers on CPUs "
+        f"{','.join(map(str, server_cpus)) or 'all'}, load generator on CPUs "
         f"{','.join(map(str, load_cpus)) or 'all'}; load average {meta['loadavg']}; "
         f"output {run_dir}"
     )
     started = time.monotonic()
     runner = Runner(plan, env, progress)
-    results = runner.run(setups)
+    results = runner.run(jobs)
     if args.profile:
-        from bench.profile import profile_best_split
+        from bench.profile import profile_headline_split
 
-        meta["profile"] = profile_best_split(runner, results, setups)
+        meta["profile"] = profile_headline_split(runner, results, jobs[0].workload)
     meta["duration_s"] = round(time.monotonic() - started, 1)
     meta["plan"] = asdict(plan)
     results.meta = meta
@@ -170,7 +229,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     outputs = write_outputs(results, run_dir)
 
     print()
-    print(headline_table(results))
+    print(slo_table(results))
     print()
     print(goals_table(results))
     print()

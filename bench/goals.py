@@ -1,40 +1,39 @@
-"""The project's target ratios (issue 5), checked against one run's measurements.
+"""The project's targets, checked against one run: ratios within the run, same CPU budget.
+
+"split" is the headline split, the product's default (`run-server.sh` with nothing set);
+SLO-RPS is the highest Poisson rate with p99 <= the SLO, no errors, schedule kept.
 
 | goal | held when |
 | --- | --- |
-| throughput vs tuned | split RPS >= 1.5 x tuned in-process RPS |
-| throughput vs ceiling | split RPS >= 0.6 x the ceiling's RPS |
-| throughput vs naive | split RPS >= 50 x naive RPS |
-| tail latency | split p99 <= 0.25 x tuned p99 at the reference load (80 % of tuned's RPS) |
+| SLO-RPS vs tuned | split SLO-RPS >= 2 x tuned SLO-RPS (fraud) |
+| SLO-RPS vs ceiling | split SLO-RPS >= 0.6 x the ceiling's SLO-RPS (fraud) |
+| tail at tuned's SLO-RPS | split p99 <= 0.5 x tuned p99, both at tuned's SLO-RPS (fraud) |
+| median at low load | split p50 <= tuned p50 + 1 ms, at 10 % of tuned's SLO-RPS (fraud) |
+| heavier model | split SLO-RPS >= 4 x tuned SLO-RPS (fraud-transformer) |
 | memory vs naive | split total PSS <= 0.6 x naive's, at the same API worker count (1 and 4) |
 | memory vs tuned | split total PSS <= 0.9 x tuned's, at the same API worker count (1 and 4) |
 | memory per worker | (split PSS at 4 workers - at 1) / 3 <= 40 MB |
 
-A goal that could not be measured in the run (a setup failed or was skipped, a load
-was not reached) is reported with `held=None`, never as met.
+A goal that could not be measured in the run (a setup failed or was skipped, a rate not
+reached, a workload not run) is reported with `held=None`, never as met. A tuned that
+never meets the SLO makes the SLO-RPS ratios unmeasurable, not held.
 """
 
 from __future__ import annotations
 
 from bench.results import BenchResults, Goal, SetupResult
 
-RPS_VS_TUNED = 1.5
-RPS_VS_CEILING = 0.6
-RPS_VS_NAIVE = 50.0
-P99_VS_TUNED = 0.25
+SLO_RPS_VS_TUNED = 2.0
+SLO_RPS_VS_CEILING = 0.6
+P99_VS_TUNED = 0.5
+P50_OVER_TUNED_MS = 1.0
+HEAVY_SLO_RPS_VS_TUNED = 4.0
 PSS_VS_NAIVE = 0.6
 PSS_VS_TUNED = 0.9
 MB_PER_ADDED_WORKER = 40.0
 MEMORY_WORKERS = (1, 4)
-
-
-def _ratio_goal(name: str, target: str, num: float | None, den: float | None, bound: float,
-                *, at_least: bool, unit: str, why_missing: str) -> Goal:
-    if num is None or den is None or den <= 0:
-        return Goal(name, target, "not measured", None, why_missing)
-    ratio = num / den
-    held = ratio >= bound if at_least else ratio <= bound
-    return Goal(name, target, f"{num:,.1f} / {den:,.1f} {unit} = {ratio:.2f}x", held)
+MAIN_WORKLOAD = "fraud"
+HEAVY_WORKLOAD = "fraud-transformer"
 
 
 def _missing(*setups: tuple[str, SetupResult | None]) -> str:
@@ -46,58 +45,88 @@ def _missing(*setups: tuple[str, SetupResult | None]) -> str:
     return "; ".join(gone)
 
 
+def _ratio(name: str, target: str, num: float | None, den: float | None, bound: float, *,
+           at_least: bool, unit: str, why_missing: str) -> Goal:
+    if num is None or den is None or den <= 0:
+        return Goal(name, target, "not measured", None, why_missing)
+    ratio = num / den
+    held = ratio >= bound if at_least else ratio <= bound
+    return Goal(name, target, f"{num:,.1f} / {den:,.1f} {unit} = {ratio:.2f}x", held)
+
+
+def _slo_rps_goal(name: str, results: BenchResults, workload: str, other_column: str,
+                  bound: float) -> Goal:
+    split, other = results.column(workload, "split"), results.column(workload, other_column)
+    target = f"split SLO-RPS >= {bound:g}x {other_column} SLO-RPS ({workload})"
+    why = _missing(("split", split), (other_column, other))
+    if not why and other is not None and other.slo_rps is None:
+        why = f"{other_column} never met the SLO"
+    goal = _ratio(name, target, split and split.slo_rps, other and other.slo_rps, bound,
+                  at_least=True, unit="RPS", why_missing=why)
+    if goal.held is None and not why and split is not None and split.slo_rps is None:
+        return Goal(name, target, "split never met the SLO", False)
+    if goal.held and split is not None and split.slo_bound_reached:
+        return Goal(goal.name, goal.target, goal.measured, goal.held,
+                    "split met the SLO at every ladder rate: at least this")
+    return goal
+
+
+def _at_tuned_rate(results: BenchResults, share: float, attr: str) -> tuple[
+        float | None, float | None, str]:
+    """(split's, tuned's) `attr` at `share` x tuned's SLO-RPS, and why one is missing."""
+    split, tuned = (results.column(MAIN_WORKLOAD, c) for c in ("split", "tuned"))
+    why = _missing(("split", split), ("tuned", tuned))
+    if why:
+        return None, None, why
+    assert split is not None and tuned is not None
+    if tuned.slo_rps is None:
+        return None, None, "tuned never met the SLO"
+    rate = share * tuned.slo_rps
+    ours, theirs = split.point_at(rate), tuned.point_at(rate)
+    if ours is None or theirs is None:
+        return None, None, f"no step at {rate:,.0f} RPS"
+    return getattr(ours, attr), getattr(theirs, attr), ""
+
+
 def evaluate(results: BenchResults) -> list[Goal]:
-    """Every goal above, for the best split variant of `results`."""
-    split = results.best_split()
-    naive, tuned, ceiling = (results.column(c) for c in ("naive", "tuned", "ceiling"))
-    label = f"split ({split.name})" if split and split.rps is not None else "split"
+    """Every goal above for the run's headline split."""
     goals = [
-        _ratio_goal("throughput vs tuned", f"{label} RPS >= {RPS_VS_TUNED}x tuned RPS",
-                    split and split.rps, tuned and tuned.rps, RPS_VS_TUNED, at_least=True,
-                    unit="RPS", why_missing=_missing(("split", split), ("tuned", tuned))),
-        _ratio_goal("throughput vs ceiling", f"{label} RPS >= {RPS_VS_CEILING:.0%} of ceiling RPS",
-                    split and split.rps, ceiling and ceiling.rps, RPS_VS_CEILING, at_least=True,
-                    unit="RPS", why_missing=_missing(("split", split), ("ceiling", ceiling))),
-        _ratio_goal("throughput vs naive", f"{label} RPS >= {RPS_VS_NAIVE:g}x naive RPS",
-                    split and split.rps, naive and naive.rps, RPS_VS_NAIVE, at_least=True,
-                    unit="RPS", why_missing=_missing(("split", split), ("naive", naive))),
+        _slo_rps_goal("SLO-RPS vs tuned", results, MAIN_WORKLOAD, "tuned", SLO_RPS_VS_TUNED),
+        _slo_rps_goal("SLO-RPS vs ceiling", results, MAIN_WORKLOAD, "ceiling", SLO_RPS_VS_CEILING),
     ]
+    ours, theirs, why = _at_tuned_rate(results, 1.0, "p99_ms")
+    goals.append(_ratio("tail at tuned's SLO-RPS", f"split p99 <= {P99_VS_TUNED:g}x tuned p99 at "
+                        "tuned's SLO-RPS", ours, theirs, P99_VS_TUNED, at_least=False, unit="ms",
+                        why_missing=why))
+    ours, theirs, why = _at_tuned_rate(results, 0.1, "p50_ms")
+    target = f"split p50 <= tuned p50 + {P50_OVER_TUNED_MS:g} ms at 10 % of tuned's SLO-RPS"
+    if ours is None or theirs is None:
+        goals.append(Goal("median at low load", target, "not measured", None, why))
+    else:
+        goals.append(Goal("median at low load", target,
+                          f"{ours:.2f} vs {theirs:.2f} ms (+{ours - theirs:.2f})",
+                          ours <= theirs + P50_OVER_TUNED_MS))
+    goals.append(_slo_rps_goal("heavier model", results, HEAVY_WORKLOAD, "tuned",
+                               HEAVY_SLO_RPS_VS_TUNED))
 
-    split_ref = split.load_at(reference=True) if split else None
-    tuned_ref = tuned.load_at(reference=True) if tuned else None
-    ref = f"{results.reference_rps:,.0f} RPS" if results.reference_rps else "80% of tuned's RPS"
-    split_p99 = split_ref.result.latency.p99_ms if split_ref and split_ref.result.latency else None
-    tuned_p99 = tuned_ref.result.latency.p99_ms if tuned_ref and tuned_ref.result.latency else None
-    p99_goal = _ratio_goal(
-        "tail latency", f"{label} p99 <= {P99_VS_TUNED}x tuned p99 at {ref}",
-        split_p99, tuned_p99, P99_VS_TUNED, at_least=False, unit="ms",
-        why_missing=_missing(("split", split), ("tuned", tuned))
-        or "no run at the reference load",
-    )
-    if split_ref and not split_ref.result.schedule_kept and p99_goal.held is not None:
-        p99_goal = Goal(p99_goal.name, p99_goal.target, p99_goal.measured, False,
-                        "split could not keep up with the reference load")
-    goals.append(p99_goal)
-
+    split = results.column(MAIN_WORKLOAD, "split")
+    naive, tuned = (results.column(MAIN_WORKLOAD, c) for c in ("naive", "tuned"))
     for workers in MEMORY_WORKERS:
         split_mem = split.memory_at(workers) if split else None
-        for other_name, other, bound in (
-            ("naive", naive, PSS_VS_NAIVE),
-            ("tuned", tuned, PSS_VS_TUNED),
-        ):
+        for other_name, other, bound in (("naive", naive, PSS_VS_NAIVE),
+                                         ("tuned", tuned, PSS_VS_TUNED)):
             other_mem = other.memory_at(workers) if other else None
-            goals.append(_ratio_goal(
+            goals.append(_ratio(
                 f"memory vs {other_name} @{workers}w",
-                f"{label} PSS <= {bound:.0%} of {other_name} PSS at {workers} API worker(s)",
+                f"split PSS <= {bound:.0%} of {other_name} PSS at {workers} API worker(s)",
                 split_mem and split_mem.pss_mb, other_mem and other_mem.pss_mb, bound,
                 at_least=False, unit="MB",
                 why_missing=_missing(("split", split), (other_name, other))
                 or f"memory at {workers} worker(s) not measured",
             ))
-
     one = split.memory_at(1) if split else None
     four = split.memory_at(4) if split else None
-    target = f"{label}: each added API worker <= {MB_PER_ADDED_WORKER:g} MB PSS"
+    target = f"split: each added API worker <= {MB_PER_ADDED_WORKER:g} MB PSS"
     if one and four:
         per_worker = (four.pss_mb - one.pss_mb) / 3
         goals.append(Goal("memory per worker", target,

@@ -25,6 +25,11 @@ class SetupError(RuntimeError):
     """A setup's process failed to start, died, or did not become ready in time."""
 
 
+def taskset(cpus: Sequence[int]) -> list[str]:
+    """`taskset -c CPUS` to prefix a command with; nothing for no CPUs (not pinned)."""
+    return ["taskset", "-c", ",".join(map(str, cpus))] if cpus else []
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago."""
     with socket.socket() as s:

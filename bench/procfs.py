@@ -14,6 +14,7 @@ See proc(5). Linux only.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,3 +144,40 @@ def cmdline(pid: int, proc: Path = PROC) -> str:
     except (FileNotFoundError, ProcessLookupError):
         return ""
     return raw.replace(b"\0", b" ").decode(errors="replace").strip()
+
+
+@dataclass(frozen=True)
+class CpuReading:
+    """CPU used over one interval, in cores (CPU seconds per wall-clock second)."""
+
+    by_pid: dict[int, float]  # each measured process
+    machine_cores: float  # every process on the machine, busy ticks of /proc/stat
+    elapsed_s: float
+
+    @property
+    def cores(self) -> float:
+        """The measured processes together."""
+        return sum(self.by_pid.values())
+
+
+class CpuMeter:
+    """The benchmark's one CPU meter: utime + stime of some processes, and the machine's busy
+    time, from construction to `read()`."""
+
+    def __init__(self, pids: Iterable[int], proc: Path = PROC) -> None:
+        self._proc = proc
+        self._before = tree_cpu_ticks(pids, proc)
+        self._machine = system_cpu_ticks(proc)
+        self._started = time.monotonic()
+
+    def read(self, pids: Iterable[int] | None = None) -> CpuReading:
+        """CPU since construction of `pids` (default: those measured at construction; a
+        process started since counts from zero, one that exited is left out)."""
+        elapsed = max(1e-9, time.monotonic() - self._started)
+        after = tree_cpu_ticks(self._before if pids is None else pids, self._proc)
+        by_pid = {
+            pid: (ticks - self._before.get(pid, 0)) / CLK_TCK / elapsed
+            for pid, ticks in after.items()
+        }
+        machine = (system_cpu_ticks(self._proc) - self._machine) / CLK_TCK / elapsed
+        return CpuReading(by_pid, machine, elapsed)

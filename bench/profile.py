@@ -30,11 +30,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bench.load import run_closed_loop
+from bench.processes import taskset
+from bench.setups import all_setups
 
 if TYPE_CHECKING:
     from bench.results import BenchResults
     from bench.runner import Runner
     from bench.setups import Setup
+    from bench.workload import Workload
 
 PYSPY_INSTALL_HINT = "py-spy is not installed: .venv/bin/pip install py-spy (the bench extra)"
 SAMPLE_RATE_HZ = 100
@@ -178,64 +181,56 @@ def pyspy_path() -> str:
     return found
 
 
-def profile_setup(runner: Runner, setup: Setup) -> dict[str, Any]:
-    """Start `setup`, saturate it while py-spy records each of its root processes (with
-    their subprocesses), and summarise. Raw stacks are kept in the run folder."""
+def profile_setup(runner: Runner, setup: Setup, workload: Workload) -> dict[str, Any]:
+    """Start `setup`, drive it closed-loop while py-spy records its process tree, and
+    summarise. Raw stacks are kept in the run folder."""
     plan, env = runner.plan, runner.env
-    workers = setup.workers_for(len(env.server_cpus) or 1)
-    out: dict[str, Any] = {"setup": setup.name, "workers": workers}
-    with runner.start_setup(setup, workers) as running:
+    out: dict[str, Any] = {"setup": f"{workload.name}/{setup.name}"}
+    with runner.start_setup(setup, workload) as running:
+        out["workers"] = running.workers
         load = runner.load_settings(running)
-        runner.warm_up(running, load, plan.warmup_max_s)
-        recorders = []
-        for proc in running.processes:
-            raw = env.run_dir / f"profile-{setup.name}-{proc.name}.txt"
-            args = [
+        runner.warm_up(running, load)
+        raw = env.run_dir / f"profile-{workload.name}-{setup.name}.txt"
+        recorder = subprocess.Popen(
+            [
+                *taskset(env.load_cpus),
                 pyspy_path(),
                 "record",
-                f"--pid={proc.pid}",
+                f"--pid={running.root.pid}",
                 "--subprocesses",
-                f"--duration={int(plan.saturation_s)}",
+                f"--duration={int(plan.profile_s)}",
                 f"--rate={SAMPLE_RATE_HZ}",
                 "--format=raw",
                 f"--output={raw}",
                 "--nonblocking",
-            ]
-            if env.load_cpus:
-                args = ["taskset", "-c", ",".join(map(str, env.load_cpus)), *args]
-            recorders.append((proc.name, raw, subprocess.Popen(args, stdout=subprocess.PIPE,
-                                                               stderr=subprocess.STDOUT)))
-        runner.say(
-            f"{setup.name}: profiling {', '.join(p.name for p in running.processes)} with py-spy "
-            f"during a {plan.saturation_s:g} s closed loop"
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
         )
-        closed = run_closed_loop(
-            load, connections=plan.saturation_connections, duration_s=plan.saturation_s
-        )
-        out["rps_while_profiled"] = round(closed.summary.rps, 1)
-        for name, raw, recorder in recorders:
-            try:
-                log, _ = recorder.communicate(timeout=plan.saturation_s + 30)
-            except subprocess.TimeoutExpired:
-                recorder.kill()
-                log, _ = recorder.communicate()
-            if recorder.returncode != 0 or not raw.exists():
-                out[name] = {"error": (log or b"").decode(errors="replace")[-500:]}
-                continue
-            out[name] = {"raw": raw.name, **summarize(parse_collapsed(raw.read_text()))}
+        runner.say(f"{workload.name}/{setup.name}: profiling with py-spy during a "
+                   f"{plan.profile_s:g} s closed loop")
+        closed = run_closed_loop(load, connections=plan.closed_connections, duration_s=plan.profile_s)
+        out["rps_while_profiled"] = round(closed.achieved_rps, 1)
+        try:
+            log, _ = recorder.communicate(timeout=plan.profile_s + 30)
+        except subprocess.TimeoutExpired:
+            recorder.kill()
+            log, _ = recorder.communicate()
+        if recorder.returncode != 0 or not raw.exists():
+            out["processes"] = {"error": (log or b"").decode(errors="replace")[-500:]}
+        else:
+            out["processes"] = {"raw": raw.name, **summarize(parse_collapsed(raw.read_text()))}
     return out
 
 
-def profile_best_split(
-    runner: Runner, results: BenchResults, setups: list[Setup]
-) -> dict[str, Any]:
-    """Profile the split variant the headline table shows (see `profile_setup`)."""
-    split = results.best_split()
+def profile_headline_split(runner: Runner, results: BenchResults, workload: Workload) -> dict[str, Any]:
+    """Profile the headline split of `workload` (see `profile_setup`)."""
+    split = results.column(workload.name, "split")
     if split is None or split.status != "ok":
-        return {"error": "no split variant was measured"}
-    setup = next(s for s in setups if s.name == split.name)
+        return {"error": "the headline split was not measured"}
+    setup = next(s for s in all_setups() if s.headline)
     try:
-        summary = profile_setup(runner, setup)
+        summary = profile_setup(runner, setup, workload)
     except (OSError, RuntimeError) as exc:
         return {"error": str(exc)[:500]}
     write_profile_report(summary, runner.env.run_dir / "profile.md")
@@ -245,7 +240,7 @@ def profile_best_split(
 def profile_markdown(summary: dict[str, Any]) -> str:
     """profile.md: per process, the top leaf packages and functions."""
     lines = [
-        f"# Profile of {summary.get('setup')} under saturation",
+        f"# Profile of {summary.get('setup')} under a closed loop",
         "",
         f"py-spy, {SAMPLE_RATE_HZ} Hz, busy threads only; {summary.get('workers')} API "
         f"worker(s); {summary.get('rps_while_profiled', '?')} RPS while profiled.",

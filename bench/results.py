@@ -1,7 +1,13 @@
-"""What one benchmark run measured, as plain dataclasses (serialised to results.json).
+"""What one benchmark run measured, as dataclasses, and its results.json schema.
 
 Units are in the field names or comments: milliseconds (`_ms`), requests per second
 (`_rps`), MiB (`_mb`), CPU cores (`_cores`: CPU seconds per wall-clock second).
+
+Every setup record in results.json has (see `SetupResult.record`): `name`, `workload`,
+`column`, `headline`, `status`, `slo_ms`, `slo_rps` (a number, or null when no rate met
+the SLO), `latency_curve` (a list of `{offered_rps, achieved_rps, p50_ms, p99_ms,
+p999_ms, max_ms, errors, ...}`, ascending by offered rate) and `memory` (total PSS per
+API worker count). `RECORD_KEYS` and `CURVE_KEYS` are the keys a reader may rely on.
 """
 
 from __future__ import annotations
@@ -9,8 +15,23 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
-from bench.load import ClosedLoopResult, FixedRateResult
+from bench.load import OpenLoopResult
 from bench.memory import ProcessMemory
+
+#: Keys of every setup record in results.json.
+RECORD_KEYS = (
+    "name", "workload", "column", "headline", "description", "status", "reason", "workers",
+    "server_cpus", "slo_ms", "slo_rps", "slo_bound_reached", "closed_loop_rps",
+    "latency_curve", "memory", "commands", "notes",
+)
+#: Keys of every latency_curve point (the first seven are the issue's).
+CURVE_KEYS = (
+    "offered_rps", "achieved_rps", "p50_ms", "p99_ms", "p999_ms", "max_ms", "errors",
+    "phase", "passed", "verdict", "duration_s", "requests", "schedule_kept", "stopped_early",
+    "generator_lag_p99_ms", "generator_busy_cores", "cpu",
+)
+#: A curve point "at" a rate is within this share of it.
+RATE_MATCH = 0.01
 
 
 @dataclass(frozen=True)
@@ -19,49 +40,58 @@ class CpuUse:
 
     setup_cores: float  # all processes of the setup (utime + stime from /proc/PID/stat)
     by_role: dict[str, float]  # the same, per role ("serving", "api worker", ...)
-    load_generator_cores: float  # wrk
+    load_generator_cores: float
     other_cores: float  # the rest of the machine: other work that competed for the CPUs
 
 
 @dataclass(frozen=True)
-class SaturationRun:
-    """The closed-loop run: throughput at saturation."""
+class CurvePoint:
+    """One open-loop step: offered rate, what came back, latency from the intended send."""
 
-    closed: ClosedLoopResult
-    cpu: CpuUse
+    offered_rps: float
+    achieved_rps: float
+    p50_ms: float | None
+    p99_ms: float | None
+    p999_ms: float | None
+    max_ms: float | None
+    errors: int
+    phase: str  # "sweep", "confirm", "refine" (the SLO search) or "reference" (a target's rate)
+    passed: bool  # met the SLO (bench.slo.judge)
+    verdict: str  # why not ("" when passed)
+    duration_s: float
+    requests: int  # arrivals in the step's timetable
+    schedule_kept: bool
+    stopped_early: str  # why the step stopped early; its percentiles are then lower bounds
+    generator_lag_p99_ms: float
+    generator_busy_cores: float  # the generator's CPU without its polls before arrivals
+    cpu: CpuUse | None = None
 
-    @property
-    def rps(self) -> float:
-        """Answers per second, wrk's "Requests/sec" (all statuses)."""
-        return self.closed.summary.rps
-
-    @property
-    def rps_per_core(self) -> float | None:
-        """Successful answers per CPU-second the setup used: throughput normalised by the
-        CPU it got, steadier than RPS when other work competes for the machine."""
-        return self.ok_rps / self.cpu.setup_cores if self.cpu.setup_cores > 0 else None
-
-    @property
-    def ok_rps(self) -> float:
-        """Successful answers per second: answers minus HTTP errors (status >= 400), over
-        the run. This, not `rps`, is the setup's throughput, so that a setup answering
-        errors quickly cannot look fast. Answers later than the timeout still count here
-        (the server did the work; wrk counts them in its requests) and are reported as
-        timeout errors beside it."""
-        s = self.closed.summary
-        good = max(0, s.requests - s.errors.status)
-        return good / s.duration_s if s.duration_s > 0 else 0.0
-
-
-@dataclass(frozen=True)
-class FixedRateRun:
-    """One fixed offered load."""
-
-    label: str  # e.g. "80% of own saturation", "reference: 80% of tuned's saturation"
-    fraction: float | None  # of the setup's own saturation RPS; None for the reference load
-    reference: bool  # this is the common reference load (80% of tuned's saturation)
-    result: FixedRateResult
-    cpu: CpuUse
+    @classmethod
+    def from_run(
+        cls, run: OpenLoopResult, *, phase: str, passed: bool, verdict: str, schedule_kept: bool,
+        cpu: CpuUse | None,
+    ) -> CurvePoint:
+        """The point for one `bench.load.run_open_loop` result."""
+        lat = run.latency
+        return cls(
+            offered_rps=run.offered_rps,
+            achieved_rps=run.achieved_rps,
+            p50_ms=lat.p50_ms if lat else None,
+            p99_ms=lat.p99_ms if lat else None,
+            p999_ms=lat.p999_ms if lat else None,
+            max_ms=lat.max_ms if lat else None,
+            errors=run.errors.total,
+            phase=phase,
+            passed=passed,
+            verdict=verdict,
+            duration_s=run.duration_s,
+            requests=run.planned,
+            schedule_kept=schedule_kept,
+            stopped_early=run.stopped_early,
+            generator_lag_p99_ms=run.generator_lag_p99_ms,
+            generator_busy_cores=run.load_busy_cores,
+            cpu=cpu,
+        )
 
 
 @dataclass(frozen=True)
@@ -90,18 +120,23 @@ class MemoryRun:
 
 @dataclass
 class SetupResult:
-    """Everything measured for one setup."""
+    """Everything measured for one setup serving one workload."""
 
     name: str
+    workload: str
     column: str
     description: str
+    headline: bool = False
+    slo_ms: float = 25.0
     status: str = "pending"  # "ok", "skipped" (not available), "failed"
     reason: str = ""
     workers: int = 0
     server_cpus: list[int] = field(default_factory=list)
     commands: list[str] = field(default_factory=list)
-    saturation: SaturationRun | None = None
-    fixed_rate: list[FixedRateRun] = field(default_factory=list)
+    closed_loop_rps: float | None = None  # the last warm-up round: seeds the ladder
+    slo_rps: float | None = None
+    slo_bound_reached: bool = False  # every ladder rate passed: SLO-RPS is at least slo_rps
+    latency_curve: list[CurvePoint] = field(default_factory=list)
     memory: list[MemoryRun] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -109,31 +144,49 @@ class SetupResult:
         """The memory measurement with `workers` API workers, if taken."""
         return next((m for m in self.memory if m.workers == workers), None)
 
-    def load_at(
-        self, fraction: float | None = None, *, reference: bool = False
-    ) -> FixedRateRun | None:
-        """The fixed-rate run at `fraction` of own saturation, or the reference load."""
-        for run in self.fixed_rate:
-            if reference and run.reference:
-                return run
-            if not reference and run.fraction is not None and fraction is not None:
-                if abs(run.fraction - fraction) < 1e-9:
-                    return run
-        return None
+    def point_at(self, rate_rps: float | None) -> CurvePoint | None:
+        """The curve point offered within RATE_MATCH of `rate_rps` (the last such), if any."""
+        if rate_rps is None or rate_rps <= 0:
+            return None
+        near = [p for p in self.latency_curve
+                if abs(p.offered_rps - rate_rps) <= RATE_MATCH * rate_rps]
+        return near[-1] if near else None
 
-    @property
-    def rps(self) -> float | None:
-        """Throughput at saturation (successful answers per second), None if not measured."""
-        return self.saturation.ok_rps if self.saturation else None
+    def sorted_curve(self) -> list[CurvePoint]:
+        """The curve ascending by offered rate (measured order is the search's)."""
+        return sorted(self.latency_curve, key=lambda p: p.offered_rps)
+
+    def record(self) -> dict[str, Any]:
+        """This setup's results.json record (keys: RECORD_KEYS)."""
+        out = {
+            "name": self.name,
+            "workload": self.workload,
+            "column": self.column,
+            "headline": self.headline,
+            "description": self.description,
+            "status": self.status,
+            "reason": self.reason,
+            "workers": self.workers,
+            "server_cpus": list(self.server_cpus),
+            "slo_ms": self.slo_ms,
+            "slo_rps": self.slo_rps,
+            "slo_bound_reached": self.slo_bound_reached,
+            "closed_loop_rps": self.closed_loop_rps,
+            "latency_curve": [to_jsonable(p) for p in self.sorted_curve()],
+            "memory": [to_jsonable(m) for m in self.memory],
+            "commands": list(self.commands),
+            "notes": list(self.notes),
+        }
+        return {key: to_jsonable(out[key]) for key in RECORD_KEYS}
 
 
 @dataclass(frozen=True)
 class Goal:
-    """One of the project's target ratios, and whether this run met it."""
+    """One of the project's targets, and whether this run met it."""
 
     name: str
-    target: str  # e.g. "split RPS >= 1.5x tuned RPS"
-    measured: str  # e.g. "2,100 / 1,900 = 1.11x"
+    target: str  # e.g. "split SLO-RPS >= 2x tuned SLO-RPS"
+    measured: str  # e.g. "1,400 / 650 RPS = 2.15x"
     held: bool | None  # None: could not be measured in this run
     note: str = ""
 
@@ -144,31 +197,30 @@ class BenchResults:
 
     meta: dict[str, Any]
     setups: list[SetupResult]
-    reference_rps: float | None = None  # the fixed load for the p99 goal (80% of tuned)
     goals: list[Goal] = field(default_factory=list)
 
-    def setup(self, name: str) -> SetupResult | None:
-        """The result of the setup named `name`, if it was part of the run."""
-        return next((s for s in self.setups if s.name == name), None)
+    def get(self, workload: str, name: str) -> SetupResult | None:
+        """The result of setup `name` serving `workload`, if it was part of the run."""
+        return next((s for s in self.setups if s.workload == workload and s.name == name), None)
 
-    def best_split(self) -> SetupResult | None:
-        """The split variant with the highest throughput (the table's "split" column).
+    def column(self, workload: str, column: str) -> SetupResult | None:
+        """The setup shown for `column` (naive, tuned, ceiling, or the headline split)."""
+        for s in self.setups:
+            if s.workload == workload and s.column == column and (column != "split" or s.headline):
+                return s
+        return None
 
-        When no variant was measured, the first one that was attempted (so its failure
-        shows), else None.
-        """
-        splits = [s for s in self.setups if s.column == "split"]
-        measured = [s for s in splits if s.rps is not None]
-        if measured:
-            return max(measured, key=lambda s: s.rps or 0.0)
-        attempted = [s for s in splits if s.status != "skipped"]
-        return attempted[0] if attempted else None
+    def workloads(self) -> list[str]:
+        """The workloads of the run, in run order."""
+        return list(dict.fromkeys(s.workload for s in self.setups))
 
-    def column(self, column: str) -> SetupResult | None:
-        """The setup shown in a table column: naive, tuned, ceiling, or the best split."""
-        if column == "split":
-            return self.best_split()
-        return next((s for s in self.setups if s.column == column), None)
+    def document(self) -> dict[str, Any]:
+        """The whole results.json."""
+        return {
+            "meta": to_jsonable(self.meta),
+            "setups": [s.record() for s in self.setups],
+            "goals": [to_jsonable(g) for g in self.goals],
+        }
 
 
 def to_jsonable(value: Any) -> Any:

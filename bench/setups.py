@@ -4,23 +4,28 @@
 | --- | --- | --- | --- |
 | `naive` | gunicorn, 3 workers, no preload | `async def` | Keras `predict`, every worker |
 | `tuned` | gunicorn, workers = cores, preload | `def` | Session callable per worker |
-| `split-*` | `python -m serving` + the API | `async def` | in serving only |
+| `split` | `./run-server.sh`, nothing set: serving + the API | `async def` | in serving only |
+| `split-*` | the same with one setting changed (a variant) | `async def` | in serving only |
 | `ceiling` | gunicorn, workers = cores, preload | `async def` | none |
 
-(tuned: one TF/OMP thread per worker; split: the API is `api.app:create_app` under the
-project's own `gunicorn.conf.py`.)
+`split` is the product's default, the one the headline measures: exactly what
+`run-server.sh` (and `make run`) starts without extra settings, which sizes both tiers from
+the CPUs it may use (see `api.cpu_budget.one_container_budget`). The benchmark only gives it
+free ports, loopback, a score-event file in the run folder and a model config naming the
+workload's model alone (the in-process setups load that one model too), so the API serves
+the fraud route only (`MODEL_ROUTES`), with that model (`MODELS__FRAUD__MODEL_NAME` for a
+model not named fraud). Variants set one more API
+setting each (coalescing, gRPC towards serving); `split_variants` reads `api.settings` at run
+time and says which the API cannot express.
 
-The split comes in variants (REST or gRPC towards serving, API-side coalescing on or
-off) when the API's settings have the fields for them; `split_variants` reads
-`api.settings.Settings` at run time and says which are not available yet.
-
-Every server process is started under `taskset -c <server CPUs>`, so all setups get
-the same CPU budget and the load generator keeps its own CPU.
+Every server process runs under `taskset -c <server CPUs>`, so all setups get the same CPU
+budget (and `run-server.sh` sees that budget as its affinity) and the load generator keeps
+its own CPU.
 """
 
 from __future__ import annotations
 
-import socket
+import re
 import sys
 import types
 import typing
@@ -35,26 +40,31 @@ from bench.processes import (
     Process,
     SetupError,
     free_port,
-    get_contains,
     log_count,
+    taskset,
     wait_until,
 )
-from bench.procfs import process_tree
+from bench.procfs import all_stats, cmdline, process_tree
+from bench.workload import FRAUD, Workload
 
 SCORE_PATH = "/v1/fraud/score"
-MODEL_NAME = "fraud"
 NAIVE_WORKERS = 3
 # uvicorn logs this once per worker when its lifespan startup has finished.
 STARTUP_COMPLETE = "Application startup complete"
+# run-server.sh prints this once the API answers /readyz.
+RUN_SERVER_READY = "API ready on"
 READY_TIMEOUT_S = 240.0  # naive: every worker imports TensorFlow + Keras on a shared core
-PROBE_TIMEOUT_S = 30.0  # from "all workers started" to a 2xx score
-GRPC_LISTEN_TIMEOUT_S = 5.0  # after REST reports AVAILABLE
+PROBE_TIMEOUT_S = 30.0  # from "ready" to a 2xx score
 # The in-process apps' gunicorn settings (never ./gunicorn.conf.py, which is the API's).
 INPROCESS_GUNICORN_CONF = REPO / "bench" / "apps" / "gunicorn_conf.py"
+RUN_SERVER = REPO / "run-server.sh"
+# The API settings (api.settings) that enable routes and name the model behind the fraud route.
+MODEL_ROUTES_ENV = "MODEL_ROUTES"
+FRAUD_MODEL_ENV = "MODELS__FRAUD__MODEL_NAME"
 
 # Environment of every server process: quiet TensorFlow C++ logs.
 _BASE_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
-# One thread per pool in the tuned app's workers (FACTS.md: workers = cores, 1 thread).
+# One thread per pool in the tuned app's workers: workers = cores, one thread each.
 _ONE_THREAD_ENV = {
     "OMP_NUM_THREADS": "1",
     "MKL_NUM_THREADS": "1",
@@ -68,27 +78,27 @@ _ONE_THREAD_ENV = {
 class Setup:
     """One setup under comparison.
 
-    `column` is where it goes in the published table (naive | tuned | split), or
-    "ceiling"; several split variants share the "split" column and the best is shown.
+    `column` is its family in the tables (naive | tuned | split | ceiling); of the split
+    setups the `headline` one is the product's default, the others are variants.
     """
 
     name: str
     column: str
     description: str
-    kind: str  # "inprocess" (one gunicorn app) or "split" (serving + API)
+    kind: str  # "inprocess" (one gunicorn app) or "split" (run-server.sh)
     app: str = ""  # gunicorn app spec for kind "inprocess"
     preload: bool = False
-    fixed_workers: int | None = None  # None: one worker per server CPU
+    fixed_workers: int | None = None  # None: one worker per server CPU (in-process)
     env: Mapping[str, str] = field(default_factory=dict)
-    # Split only: the API setting naming serving's gRPC address(es), set to the port the
-    # benchmark picks, and the one naming the score-event file, set into the run folder.
-    grpc_target_env: str = ""
-    events_path_env: str = ""
+    headline: bool = False
     available: bool = True
     unavailable_reason: str = ""
 
-    def workers_for(self, server_cores: int) -> int:
-        """Worker count for the throughput runs on `server_cores` CPUs."""
+    def workers_for(self, server_cores: int) -> int | None:
+        """In-process worker count on `server_cores` CPUs; None for a split setup, whose
+        run-server.sh sizes its API itself."""
+        if self.kind == "split":
+            return None
         return self.fixed_workers if self.fixed_workers is not None else max(1, server_cores)
 
 
@@ -123,7 +133,7 @@ CEILING = Setup(
 )
 
 
-# --- split variants, from the API's settings -----------------------------------------
+# --- the split and its variants, from the API's settings ------------------------------
 
 
 def _is_bool(annotation: Any) -> bool:
@@ -141,74 +151,83 @@ def _literal_values(annotation: Any) -> tuple[Any, ...]:
 
 
 def split_variants(fields: Mapping[str, Any]) -> list[Setup]:
-    """The split setups the API supports, from its settings' fields.
+    """The split setups: the product default and the variants the API's settings allow.
 
     Args:
-        fields: `api.settings.Settings.model_fields` (name → pydantic FieldInfo, whose
+        fields: `api.settings.Settings.model_fields` (name -> pydantic FieldInfo, whose
             `.annotation` is the field's type).
 
     Returns:
-        `split-rest` always; `split-grpc` when there is a `serving_protocol` field that
-        accepts "grpc" and a field for serving's gRPC target(s); for each protocol a
-        `-coalescing` twin with coalescing on when a boolean field with "coalesc" in its
-        name exists (the plain variants set it off).
-        Variants the settings cannot express are returned with `available=False` and the
-        reason, so the report can say "not available yet".
+        `split` (the default, `headline`), then `split-coalescing` (a boolean field with
+        "coalesc" in its name set true), `split-grpc` (`serving_protocol` set to "grpc")
+        and `split-grpc-coalescing`. A variant the settings cannot express is returned with
+        `available=False` and the reason, so the report can say "not available yet".
     """
     protocol = fields.get("serving_protocol")
-    protocols = ["rest"]
     grpc_reason = ""
     if protocol is None:
         grpc_reason = "not available yet: api.settings has no serving_protocol field"
-    else:
-        values = _literal_values(protocol.annotation)
-        if values and "grpc" not in values:
-            grpc_reason = f"not available yet: serving_protocol accepts only {values}"
-        else:
-            protocols.append("grpc")
+    elif (values := _literal_values(protocol.annotation)) and "grpc" not in values:
+        grpc_reason = f"not available yet: serving_protocol accepts only {values}"
     coalescing = sorted(
         name for name, info in fields.items() if "coalesc" in name and _is_bool(info.annotation)
     )
-    grpc_targets = sorted(name for name in fields if "grpc" in name and "target" in name)
-    if "grpc" in protocols and not grpc_targets:
-        protocols.remove("grpc")
-        grpc_reason = "not available yet: api.settings has no serving gRPC target field"
-    events_path = "events_jsonl_path" if "events_jsonl_path" in fields else ""
     coalescing_reason = (
-        ""
-        if coalescing
-        else "not available yet: api.settings has no boolean coalescing field"
+        "" if coalescing else "not available yet: api.settings has no boolean coalescing field"
     )
-
-    variants: list[Setup] = []
-    for proto in ("rest", "grpc"):
-        for coalesce in (False, True):
-            name = f"split-{proto}" + ("-coalescing" if coalesce else "")
-            env: dict[str, str] = {}
-            if protocol is not None:
-                env["SERVING_PROTOCOL"] = proto
-            if coalescing:
-                env[coalescing[0].upper()] = "true" if coalesce else "false"
-            reason = (grpc_reason if proto == "grpc" else "") or (
-                coalescing_reason if coalesce else ""
+    variants = [
+        Setup(
+            name="split",
+            column="split",
+            description="./run-server.sh with nothing set (the product default): python -m "
+            "serving + the API, both sized from the CPU budget, REST between them",
+            kind="split",
+            headline=True,
+        )
+    ]
+    for grpc, coalesce in ((False, True), (True, False), (True, True)):
+        env: dict[str, str] = {}
+        if grpc:
+            env["SERVING_PROTOCOL"] = "grpc"
+        if coalesce and coalescing:
+            env[coalescing[0].upper()] = "true"
+        reason = (grpc_reason if grpc else "") or (coalescing_reason if coalesce else "")
+        name = "split" + ("-grpc" if grpc else "") + ("-coalescing" if coalesce else "")
+        changed = " and ".join(f"{k}={v}" for k, v in env.items()) or "(not expressible)"
+        variants.append(
+            Setup(
+                name=name,
+                column="split",
+                description=f"the split with {changed} (a variant)",
+                kind="split",
+                env=env,
+                available=not reason,
+                unavailable_reason=reason,
             )
-            variants.append(
-                Setup(
-                    name=name,
-                    column="split",
-                    description=(
-                        f"python -m serving + API (gunicorn.conf.py, uvicorn workers = cores) "
-                        f"over {proto.upper()}, coalescing {'on' if coalesce else 'off'}"
-                    ),
-                    kind="split",
-                    env=env,
-                    grpc_target_env=grpc_targets[0].upper() if grpc_targets else "",
-                    events_path_env=events_path.upper(),
-                    available=proto in protocols and not (coalesce and not coalescing),
-                    unavailable_reason=reason,
-                )
-            )
+        )
     return variants
+
+
+def custom_variant(settings: Mapping[str, str]) -> Setup:
+    """A split variant with `settings` (environment variables of run-server.sh: API settings,
+    `SERVING_ARGS`, `WEB_CONCURRENCY`...) set, named after them: `split+NAME=VALUE,...`.
+
+    Raises:
+        ValueError: no settings, or a name that is not an environment variable name.
+    """
+    if not settings:
+        raise ValueError("a variant needs at least one NAME=VALUE setting")
+    for name in settings:
+        if not name.replace("_", "").isalnum() or not name[0].isalpha():
+            raise ValueError(f"not an environment variable name: {name!r}")
+    changed = ",".join(f"{k}={v}" for k, v in settings.items())
+    return Setup(
+        name=f"split+{changed}",
+        column="split",
+        description=f"the split with {changed} (a variant)",
+        kind="split",
+        env=dict(settings),
+    )
 
 
 def api_settings_fields() -> Mapping[str, Any]:
@@ -219,60 +238,59 @@ def api_settings_fields() -> Mapping[str, Any]:
 
 
 def all_setups() -> list[Setup]:
-    """Every setup in run order: ceiling, naive, tuned (its RPS sets the reference load),
-    then the split variants."""
+    """Every setup in run order: ceiling, naive, tuned (the targets compare the split with
+    its SLO-RPS), then the split and its variants."""
     return [CEILING, NAIVE, TUNED, *split_variants(api_settings_fields())]
 
 
-# --- running a setup ---------------------------------------------------------------------
+# --- running a setup -------------------------------------------------------------------
 
 
-def _taskset(cpus: tuple[int, ...]) -> list[str]:
-    return ["taskset", "-c", ",".join(map(str, cpus))] if cpus else []
+def _role(pid: int, parent_cmd: str, cmd: str, split: bool) -> str:
+    if "-m serving" in cmd or "tensorflow_model_server" in cmd:
+        return "serving"
+    if "gunicorn" in cmd:
+        name = "api" if split else "gunicorn"
+        return f"{name} worker" if "gunicorn" in parent_cmd else name
+    if "run-server.sh" in cmd:
+        return "run-server"
+    return cmd[:60] or str(pid)
 
 
 class RunningSetup:
-    """A started setup: its processes, its URL, its process tree. Stop with `stop()`.
+    """A started setup: its root process, its URL, its process tree. Stop with `stop()`."""
 
-    `processes` are all the setup's processes (measured); `owned` are the ones this
-    object stops. A serving tier shared by several split variants is measured with each
-    variant but stopped by whoever started it.
-    """
-
-    def __init__(
-        self,
-        setup: Setup,
-        workers: int,
-        url: str,
-        processes: list[Process],
-        owned: list[Process] | None = None,
-    ) -> None:
+    def __init__(self, setup: Setup, workload: Workload, url: str, root: Process) -> None:
         self.setup = setup
-        self.workers = workers
+        self.workload = workload
         self.url = url
-        self.processes = processes
-        self.owned = list(processes) if owned is None else owned
+        self.root = root
 
     def pids(self) -> list[int]:
-        """Every live process of the setup (roots and the workers they forked)."""
-        return process_tree(p.pid for p in self.processes)
+        """Every live process of the setup (the root and all it started)."""
+        return process_tree([self.root.pid])
 
     def roles(self) -> dict[int, str]:
-        """pid → role: the process's name for a root, "<name> worker" for its children."""
+        """pid -> role: "serving", "api", "api worker", "run-server", "gunicorn", ..."""
+        stats = {s.pid: s for s in all_stats()}
         roles = {}
-        for proc in self.processes:
-            for pid in process_tree([proc.pid]):
-                roles[pid] = proc.name if pid == proc.pid else f"{proc.name} worker"
+        for pid in process_tree([self.root.pid], stats.values()):
+            parent = stats[pid].ppid if pid in stats else 0
+            roles[pid] = _role(pid, cmdline(parent), cmdline(pid), self.setup.kind == "split")
         return roles
 
+    @property
+    def workers(self) -> int:
+        """API (or in-process app) worker processes running now."""
+        return sum(1 for role in self.roles().values() if role.endswith("worker"))
+
     def commands(self) -> list[str]:
-        """The command lines that were started, for the report."""
-        return [" ".join(p.args) for p in self.processes]
+        """The command line that was started, for the report."""
+        return [" ".join(self.root.args)]
 
     def stop(self) -> None:
-        """Stop what this object owns, the API before serving (as run-server.sh does)."""
-        for proc in reversed(self.owned):
-            proc.stop()
+        """Stop the setup (run-server.sh stops the API before serving)."""
+        self.root.stop()
 
     def __enter__(self) -> RunningSetup:
         return self
@@ -285,78 +303,7 @@ class NotAvailable(SetupError):
     """The setup cannot run with the code in this checkout yet (reported as skipped)."""
 
 
-@dataclass
-class Serving:
-    """A running `python -m serving` with the fraud model AVAILABLE."""
-
-    process: Process
-    rest_port: int
-    grpc_port: int
-    cpus: tuple[int, ...]
-
-    def grpc_listening(self) -> bool:
-        """True when something accepts TCP connections on the gRPC port."""
-        with socket.socket() as s:
-            s.settimeout(0.5)
-            return s.connect_ex(("127.0.0.1", self.grpc_port)) == 0
-
-    def stop(self) -> None:
-        """Stop the model server."""
-        self.process.stop()
-
-
-def start_serving(*, cpus: tuple[int, ...], run_dir: Path, tag: str) -> Serving:
-    """`python -m serving` on loopback with TF Serving's flags, the fraud model only, one TF
-    thread per CPU; returns once model status reports the fraud model AVAILABLE.
-
-    Raises:
-        SetupError: it exited or did not report AVAILABLE within READY_TIMEOUT_S.
-    """
-    rest_port, grpc_port = free_port(), free_port()
-    threads = max(1, len(cpus))
-    process = Process(
-        "serving",
-        [
-            *_taskset(cpus),
-            sys.executable,
-            "-m",
-            "serving",
-            f"--port={grpc_port}",
-            f"--rest_api_port={rest_port}",
-            "--rest_api_host=127.0.0.1",
-            # The fraud model alone, as the in-process setups load it (models.config would
-            # add the digits CNN and its memory to the split's total only).
-            f"--model_name={MODEL_NAME}",
-            f"--model_base_path={REPO / 'models' / MODEL_NAME}",
-            f"--tensorflow_intra_op_parallelism={threads}",
-            f"--tensorflow_inter_op_parallelism={threads}",
-        ],
-        run_dir / f"{tag}-serving.log",
-        env=dict(_BASE_ENV),
-    )
-    try:
-        wait_until(
-            lambda: get_contains(
-                f"http://127.0.0.1:{rest_port}/v1/models/{MODEL_NAME}", '"AVAILABLE"'
-            ),
-            timeout_s=READY_TIMEOUT_S,
-            what=f"serving to report model '{MODEL_NAME}' AVAILABLE",
-            watch=[process],
-        )
-    except BaseException:
-        process.stop()
-        raise
-    return Serving(process, rest_port, grpc_port, cpus)
-
-
-def _wait_gunicorn_ready(proc: Process, workers: int, url: str, probe: bytes) -> None:
-    wait_until(
-        lambda: log_count(proc, STARTUP_COMPLETE) >= workers,
-        timeout_s=READY_TIMEOUT_S,
-        what=f"{workers} worker(s) of {proc.name} to finish startup",
-        watch=[proc],
-        poll_s=0.25,
-    )
+def _wait_scored(proc: Process, url: str, probe: bytes) -> None:
     scored = Probe(url, probe)
     try:
         wait_until(
@@ -372,113 +319,135 @@ def _wait_gunicorn_ready(proc: Process, workers: int, url: str, probe: bytes) ->
         ) from None
 
 
-def _gunicorn_args(setup: Setup, workers: int, port: int) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
+def _start_inprocess(
+    setup: Setup, workload: Workload, workers: int, cpus: tuple[int, ...], run_dir: Path,
+    probe: bytes,
+) -> RunningSetup:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}{SCORE_PATH}"
+    proc = Process(
         "gunicorn",
-        f"--config={INPROCESS_GUNICORN_CONF}",
-        f"--workers={workers}",
-        f"--bind=127.0.0.1:{port}",
-        *(["--preload"] if setup.preload else []),
-        setup.app,
-    ]
+        [
+            *taskset(cpus),
+            sys.executable,
+            "-m",
+            "gunicorn",
+            f"--config={INPROCESS_GUNICORN_CONF}",
+            f"--workers={workers}",
+            f"--bind=127.0.0.1:{port}",
+            *(["--preload"] if setup.preload else []),
+            setup.app,
+        ],
+        run_dir / f"{workload.name}-{setup.name}-w{workers}.log",
+        env={**_BASE_ENV, **setup.env, "BENCH_MODEL_DIR": str(workload.version_dir)},
+    )
+    try:
+        wait_until(
+            lambda: log_count(proc, STARTUP_COMPLETE) >= workers,
+            timeout_s=READY_TIMEOUT_S,
+            what=f"{workers} worker(s) of {setup.name} to finish startup",
+            watch=[proc],
+            poll_s=0.25,
+        )
+        _wait_scored(proc, url, probe)
+    except BaseException:
+        proc.stop()
+        raise
+    return RunningSetup(setup, workload, url, proc)
+
+
+def split_environment(
+    workload: Workload, *, api_port: int, rest_port: int, grpc_port: int, run_dir: Path,
+    tag: str,
+) -> dict[str, str]:
+    """What the benchmark sets for `run-server.sh` beyond the setup's own settings: ports
+    on loopback, the interpreter, the score-event file and a model config with the
+    workload's model. Nothing that sizes or tunes either tier."""
+    env = {
+        **_BASE_ENV,
+        "PYTHON": sys.executable,
+        "API_HOST": "127.0.0.1",
+        "API_PORT": str(api_port),
+        "REST_API_PORT": str(rest_port),
+        "GRPC_PORT": str(grpc_port),
+        "EVENTS_JSONL_PATH": str(run_dir / f"{tag}-score-events.jsonl"),
+    }
+    # The workload's model alone, in models.config's format (run-server.sh reads the names
+    # line by line), as the in-process setups load it: the product's models.config would add
+    # the digits CNN and its memory to the split's total only.
+    config = run_dir / f"models-{workload.model_name}.config"
+    config.write_text(
+        "model_config_list {\n  config {\n"
+        f'    name: "{workload.model_name}"\n'
+        f'    base_path: "{workload.base_path}"\n'
+        '    model_platform: "tensorflow"\n  }\n}\n'
+    )
+    env["MODEL_CONFIG_FILE"] = str(config)
+    # Serving has that model alone: the API serves the fraud route only (it refuses to start
+    # with a route whose model serving does not have).
+    env[MODEL_ROUTES_ENV] = "fraud"
+    if workload.model_name != FRAUD.model_name:
+        env[FRAUD_MODEL_ENV] = workload.model_name
+    return env
+
+
+def _start_split(
+    setup: Setup, workload: Workload, workers: int | None, cpus: tuple[int, ...],
+    run_dir: Path, probe: bytes,
+) -> RunningSetup:
+    api_port = free_port()
+    # A file name: a custom variant's name may hold any character its settings do.
+    tag = re.sub(r"[^\w.+=-]", "_", f"{workload.name}-{setup.name}") + (
+        f"-w{workers}" if workers else ""
+    )
+    env = split_environment(
+        workload, api_port=api_port, rest_port=free_port(), grpc_port=free_port(),
+        run_dir=run_dir, tag=tag,
+    )
+    env.update(setup.env)
+    if workers is not None:  # memory at a given API worker count
+        env["WEB_CONCURRENCY"] = str(workers)
+    url = f"http://127.0.0.1:{api_port}{SCORE_PATH}"
+    proc = Process("run-server", [*taskset(cpus), str(RUN_SERVER)], run_dir / f"{tag}.log", env=env)
+    try:
+        wait_until(
+            lambda: log_count(proc, RUN_SERVER_READY) >= 1,
+            timeout_s=READY_TIMEOUT_S,
+            what=f"run-server.sh ({setup.name}) to report the API ready",
+            watch=[proc],
+            poll_s=0.25,
+        )
+        _wait_scored(proc, url, probe)
+    except BaseException:
+        proc.stop()
+        raise
+    return RunningSetup(setup, workload, url, proc)
 
 
 def start(
     setup: Setup,
+    workload: Workload,
     *,
-    workers: int,
     cpus: tuple[int, ...],
     run_dir: Path,
     probe: bytes,
-    serving: Serving | None = None,
+    workers: int | None = None,
 ) -> RunningSetup:
-    """Start `setup` with `workers` API workers pinned to `cpus`; return when it is ready.
+    """Start `setup` serving `workload` pinned to `cpus`; return when it is ready.
 
-    Ready means: every worker has finished its lifespan startup and a real transaction
-    (`probe`) is scored 2xx. A split setup uses `serving` when given (and leaves it
-    running on stop), else starts its own model server first.
+    Ready means: every worker has finished its lifespan startup (run-server.sh: the API
+    answers /readyz) and a real transaction (`probe`) is scored 2xx. `workers` sets the
+    in-process worker count (default `setup.workers_for(len(cpus))`), or for a split the
+    API's `WEB_CONCURRENCY` (default: unset, run-server.sh sizes it).
 
     Raises:
-        NotAvailable: the setup needs something this checkout does not have yet (an API
-            setting, serving's gRPC port).
-        SetupError: a process exited or did not become ready in time (processes already
-            started are stopped).
+        NotAvailable: the setup needs an API setting this checkout does not have yet.
+        SetupError: a process exited or did not become ready in time (it is stopped).
     """
     if not setup.available:
         raise NotAvailable(setup.unavailable_reason)
-    tag = f"{setup.name}-w{workers}"
-    if setup.kind == "inprocess":
-        port = free_port()
-        url = f"http://127.0.0.1:{port}{SCORE_PATH}"
-        proc = Process(
-            "gunicorn",
-            [*_taskset(cpus), *_gunicorn_args(setup, workers, port)],
-            run_dir / f"{tag}.log",
-            env={**_BASE_ENV, **setup.env},
-        )
-        try:
-            _wait_gunicorn_ready(proc, workers, url, probe)
-        except BaseException:
-            proc.stop()
-            raise
-        return RunningSetup(setup, workers, url, [proc])
-
-    own_serving = serving is None
-    if serving is None:
-        serving = start_serving(cpus=cpus, run_dir=run_dir, tag=tag)
-    owned: list[Process] = [serving.process] if own_serving else []
-    try:
-        if setup.env.get("SERVING_PROTOCOL") == "grpc":
-            try:
-                wait_until(
-                    serving.grpc_listening,
-                    timeout_s=GRPC_LISTEN_TIMEOUT_S,
-                    what="serving's gRPC port",
-                    watch=[serving.process],
-                )
-            except SetupError:
-                raise NotAvailable(
-                    f"not available yet: python -m serving does not listen on its gRPC "
-                    f"port (--port={serving.grpc_port}) within {GRPC_LISTEN_TIMEOUT_S:g} s"
-                ) from None
-        api_port = free_port()
-        url = f"http://127.0.0.1:{api_port}{SCORE_PATH}"
-        env = {
-            **_BASE_ENV,
-            "API_BIND": f"127.0.0.1:{api_port}",
-            "WEB_CONCURRENCY": str(workers),
-            "SERVING_URL": f"http://127.0.0.1:{serving.rest_port}",
-            # Serving runs the fraud model alone: the API serves that route only (it
-            # refuses to start with a route whose model serving does not have).
-            "MODEL_ROUTES": "fraud",
-            **setup.env,
-        }
-        if setup.grpc_target_env:
-            env[setup.grpc_target_env] = f"127.0.0.1:{serving.grpc_port}"
-        if setup.events_path_env:
-            env[setup.events_path_env] = str(run_dir / f"{tag}-score-events.jsonl")
-        api = Process(
-            "api",
-            [
-                *_taskset(cpus),
-                sys.executable,
-                "-m",
-                "gunicorn",
-                "-c",
-                str(REPO / "gunicorn.conf.py"),
-                # One fixed control-socket path per user otherwise (gunicorn >= 25.1).
-                "--no-control-socket",
-                "api.app:create_app()",
-            ],
-            run_dir / f"{tag}-api.log",
-            env=env,
-        )
-        owned.append(api)
-        _wait_gunicorn_ready(api, workers, url, probe)
-        return RunningSetup(setup, workers, url, [serving.process, api], owned)
-    except BaseException:
-        for proc in reversed(owned):
-            proc.stop()
-        raise
+    if setup.kind == "split":
+        return _start_split(setup, workload, workers, cpus, run_dir, probe)
+    count = workers if workers is not None else setup.workers_for(len(cpus) or 1)
+    assert count is not None
+    return _start_inprocess(setup, workload, count, cpus, run_dir, probe)

@@ -23,6 +23,7 @@ from pathlib import Path
 import keras
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
 
 WARMUP_FILE = "tf_serving_warmup_requests"
@@ -36,12 +37,19 @@ def export_servable(
     signature_name: str,
     input_spec: tf.TensorSpec,
     output_name: str,
+    frozen: bool = False,
 ) -> None:
     """Write `model` as a SavedModel with one named-input, named-output signature.
 
     The signature `signature_name` takes one tensor keyed `input_spec.name` (its dtype
     and shape, batch first) and returns `{output_name: model(x, training=False)}`.
     An existing `version_dir` is replaced.
+
+    With `frozen`, the weights are frozen into the graph as constants: a TF1-style
+    SavedModel (one `serve` MetaGraph, no variables) that TF Serving and `python -m serving`
+    load the same way, far smaller for a deep model -- Keras' export of a 24-block
+    `fraud_transformer` wrote 5.2 MiB (the graph several times over, every weight twice),
+    the frozen one 1.9 MiB (the committed 48-block one: 2.7 MiB).
 
     Args:
         model: the trained Keras model (called in inference mode).
@@ -50,9 +58,13 @@ def export_servable(
         input_spec: e.g. `tf.TensorSpec([None, 11], tf.float32, name="features")`;
             its `name` becomes the signature's input key.
         output_name: the signature's output key.
+        frozen: freeze the weights into the graph (see above).
     """
     if version_dir.exists():
         shutil.rmtree(version_dir)
+    if frozen:
+        _write_frozen(model, version_dir, signature_name, input_spec, output_name)
+        return
     archive = keras.export.ExportArchive()
     archive.track(model)
     archive.add_endpoint(
@@ -61,6 +73,30 @@ def export_servable(
         input_signature=[input_spec],
     )
     archive.write_out(str(version_dir), verbose=False)
+
+
+def _write_frozen(
+    model: keras.Model, version_dir: Path, signature_name: str, input_spec: tf.TensorSpec,
+    output_name: str,
+) -> None:
+    function = tf.function(lambda x: {output_name: model(x, training=False)})
+    frozen = convert_variables_to_constants_v2(function.get_concrete_function(input_spec))
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.graph_util.import_graph_def(frozen.graph.as_graph_def(), name="")
+        inputs = {input_spec.name: graph.get_tensor_by_name(frozen.inputs[0].name)}
+        outputs = {output_name: graph.get_tensor_by_name(frozen.outputs[0].name)}
+        with tf.compat.v1.Session(graph=graph) as session:
+            builder = tf.compat.v1.saved_model.Builder(str(version_dir))
+            builder.add_meta_graph_and_variables(
+                session,
+                [tf.saved_model.SERVING],
+                signature_def_map={
+                    signature_name: tf.compat.v1.saved_model.predict_signature_def(inputs, outputs)
+                },
+                strip_default_attrs=True,
+            )
+            builder.save()
 
 
 def staging_dir(version_dir: Path) -> Path:

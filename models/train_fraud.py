@@ -58,6 +58,35 @@ def dataset(n: int, seed: int, start_index: int) -> tuple[np.ndarray, np.ndarray
     return x, y
 
 
+def command_line(description: str, output: Path, epochs: int) -> argparse.Namespace:
+    """The fraud trainers' command line: --output, --version, --train-rows, --test-rows,
+    --epochs (defaults: `output`, 1, 60,000, 20,000, `epochs`)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--output", type=Path, default=output)
+    parser.add_argument("--version", type=int, default=1)
+    parser.add_argument("--train-rows", type=int, default=60_000)
+    parser.add_argument("--test-rows", type=int, default=20_000)
+    parser.add_argument("--epochs", type=int, default=epochs)
+    return parser.parse_args()
+
+
+def seeded_data(
+    args: argparse.Namespace, seed: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Seed Keras and make TensorFlow's ops deterministic, then (train_x, train_y, test_x,
+    test_y) from `dataset`, the test rows drawn after the training rows."""
+    keras.utils.set_random_seed(seed)
+    tf.config.experimental.enable_op_determinism()
+    # One thread: a kernel may split a sum across its threads, so the thread count (the
+    # machine's cores) would change the last bits of the weights.
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    train_x, train_y = dataset(args.train_rows, seed=seed, start_index=0)
+    test_x, test_y = dataset(args.test_rows, seed=seed + 1, start_index=args.train_rows)
+    print(f"train rows {len(train_y)} (fraud {train_y.mean():.3f}), test rows {len(test_y)}")
+    return train_x, train_y, test_x, test_y
+
+
 def build_model(train_x: np.ndarray) -> keras.Model:
     """MLP: Normalization (adapted on train_x) -> 32 -> 16 -> 1 sigmoid."""
     norm = keras.layers.Normalization(name="normalize")
@@ -91,24 +120,9 @@ def export(model: keras.Model, version_dir: Path, warmup_rows: np.ndarray) -> No
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--output", type=Path, default=Path("models/fraud"))
-    parser.add_argument("--version", type=int, default=1)
-    parser.add_argument("--train-rows", type=int, default=60_000)
-    parser.add_argument("--test-rows", type=int, default=20_000)
-    parser.add_argument("--epochs", type=int, default=8)
-    args = parser.parse_args()
-
-    keras.utils.set_random_seed(SEED)
-    tf.config.experimental.enable_op_determinism()
-    # One thread: a kernel may split a sum across its threads, so the thread count (the
-    # machine's cores) would change the last bits of the weights.
-    tf.config.threading.set_intra_op_parallelism_threads(1)
-    tf.config.threading.set_inter_op_parallelism_threads(1)
-    train_x, train_y = dataset(args.train_rows, seed=SEED, start_index=0)
-    test_x, test_y = dataset(args.test_rows, seed=SEED + 1, start_index=args.train_rows)
+    args = command_line(__doc__.splitlines()[0], Path("models/fraud"), epochs=8)
     print(f"features ({N_FEATURES}): {', '.join(FEATURE_NAMES)}")
-    print(f"train rows {len(train_y)} (fraud {train_y.mean():.3f}), test rows {len(test_y)}")
+    train_x, train_y, test_x, test_y = seeded_data(args, SEED)
 
     model = build_model(train_x)
     model.fit(train_x, train_y, epochs=args.epochs, batch_size=256, shuffle=True, verbose=0)

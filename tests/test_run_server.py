@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import shutil
 import signal
 import sys
 from pathlib import Path
@@ -235,3 +236,35 @@ def _zombie(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
     except OSError:
         return True
+
+
+@pytest.mark.skipif(shutil.which("taskset") is None, reason="taskset not installed")
+def test_run_server_sizes_both_tiers_from_its_cpus(tmp_path: Path) -> None:
+    """On one CPU (taskset), nothing set but batching: one API worker, one session thread,
+    one TensorFlow thread each, one batch thread."""
+    api_port = free_port()
+    env = {
+        "MODELS_DIR": str(REPO / "models"),
+        "PYTHON": sys.executable,
+        "API_PORT": str(api_port),
+        "API_HOST": "127.0.0.1",
+        "REST_API_PORT": str(free_port()),
+        "GRPC_PORT": str(free_port()),
+        "SERVING_ARGS": "--rest_api_host=127.0.0.1 --enable_batching",
+    }
+    proc = Proc(["taskset", "-c", "0", "bash", str(REPO / "run-server.sh")],
+                tmp_path / "run-server.log", env=env)
+    try:
+        wait_until(lambda: "API ready" in proc.log() or not proc.alive(), 180, "run-server ready")
+        assert proc.alive(), proc.log()
+        log = (tmp_path / "run-server.log").read_text(errors="replace")
+        assert ("CPU budget: API 1 worker(s); serving --tensorflow_intra_op_parallelism=1 "
+                "--tensorflow_inter_op_parallelism=1 --rest_api_num_threads=1") in log
+        assert "intra_op_parallelism_threads=1 inter_op_parallelism_threads=1" in log
+        assert "num_batch_threads=1" in log
+        workers = [p for p in children_of(proc.popen.pid)
+                   if "gunicorn" in Path(f"/proc/{p}/cmdline").read_bytes().decode(errors="replace")]
+        assert len(workers) == 2  # the master and one worker
+    finally:
+        code = proc.stop(timeout_s=60)
+    assert code == 0, proc.log()

@@ -31,7 +31,7 @@ from bench.apps.common import (
     SIGNATURE_NAME,
     build_app,
     model_dir,
-    model_version,
+    model_info,
     to_response,
 )
 
@@ -51,7 +51,7 @@ def load_keras_model(export_dir: Path) -> keras.Model:
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     path = model_dir()
     app.state.model = load_keras_model(path)
-    app.state.version = model_version(path)
+    app.state.model_info = model_info(path)
     yield
 
 
@@ -59,7 +59,7 @@ async def score(transaction: Transaction, request: Request) -> FraudScore:
     """Validate, extract features, `model.predict` on the event loop (blocking it)."""
     row = np.asarray([extract_features(transaction)], dtype=np.float32)
     prediction = request.app.state.model.predict(row, verbose=0)  # [1, 1] float32
-    return to_response(transaction, float(prediction[0, 0]), request.app.state.version)
+    return to_response(transaction, float(prediction[0, 0]), request.app.state.model_info)
 
 
 def create_app() -> FastAPI:

@@ -38,7 +38,7 @@ from bench.apps.common import (
     SIGNATURE_NAME,
     build_app,
     model_dir,
-    model_version,
+    model_info,
     to_response,
 )
 
@@ -98,7 +98,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     path = model_dir()
     model = SessionModel(path, threads=1)
     app.state.model = model
-    app.state.version = model_version(path)
+    app.state.model_info = model_info(path)
     model([[0.0] * N_FEATURES])  # warm the callable before the first request
     try:
         yield
@@ -109,7 +109,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
 def score(transaction: Transaction, request: Request) -> FraudScore:
     """Validate, extract features, run the Session callable (in FastAPI's threadpool)."""
     (value,) = request.app.state.model([extract_features(transaction)])
-    return to_response(transaction, value, request.app.state.version)
+    return to_response(transaction, value, request.app.state.model_info)
 
 
 def create_app() -> FastAPI:

@@ -1,7 +1,12 @@
-"""CPU quota detection from fake cgroup trees (v2 `cpu.max`, v1 CFS files)."""
+"""CPU quota detection from fake cgroup trees (v2 `cpu.max`, v1 CFS files), and the split of
+one container's CPUs between the two tiers (`python -m api.cpu_budget`, run by run-server.sh)."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,9 +15,13 @@ from api.cpu_budget import (
     affinity_cpus,
     available_cpus,
     cgroup_cpu_quota,
+    num_batch_threads,
+    one_container_budget,
+    shell_assignments,
     threads_per_worker,
     web_concurrency,
 )
+from tests.support import REPO
 
 
 def write(path: Path, text: str) -> None:
@@ -109,3 +118,103 @@ def test_web_concurrency_and_threads_per_worker() -> None:
     assert threads_per_worker(cpus=4, workers=4) == 1
     assert threads_per_worker(cpus=4, workers=2) == 2
     assert threads_per_worker(cpus=2, workers=8) == 1
+
+
+# --- one container, two tiers (run-server.sh) ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("cpus", "env", "workers", "serving"),
+    [
+        (1, {}, 1, 1),  # one CPU: the tiers take turns (doctor says so)
+        (2, {}, 1, 1),
+        (3, {}, 2, 1),
+        (4, {}, 2, 2),
+        (8, {}, 4, 4),
+        (4, {"WEB_CONCURRENCY": "3"}, 3, 1),  # the API's workers set: serving gets the rest
+        (2, {"WEB_CONCURRENCY": "4"}, 4, 1),
+    ],
+)
+def test_one_container_budget_splits_the_cpus(
+    cpus: int, env: dict[str, str], workers: int, serving: int
+) -> None:
+    budget = one_container_budget(cpus, env)
+    assert (budget.api_workers, budget.serving_session_threads) == (workers, serving)
+    assert (budget.serving_intra_op, budget.serving_inter_op, budget.api_threads_per_worker) == (1, 1, 1)
+    if cpus >= 2 and "WEB_CONCURRENCY" not in env:
+        assert budget.api_workers + budget.serving_session_threads <= cpus
+
+
+def test_serving_flags_leave_what_serving_args_set() -> None:
+    budget = one_container_budget(4, {})
+    assert budget.serving_flags([]) == [
+        "--tensorflow_intra_op_parallelism=1",
+        "--tensorflow_inter_op_parallelism=1",
+        "--rest_api_num_threads=2",
+    ]
+    assert budget.serving_flags(["--rest_api_num_threads", "8"]) == [
+        "--tensorflow_intra_op_parallelism=1",
+        "--tensorflow_inter_op_parallelism=1",
+    ]
+    assert budget.serving_flags(["--tensorflow_session_parallelism=2"]) == [
+        "--rest_api_num_threads=2"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("args", "text"),
+    [
+        ([], ""),
+        (["--enable_batching"], "num_batch_threads { value: 2 }\n"),
+        (["--enable_batching=true"], "num_batch_threads { value: 2 }\n"),
+        (["--enable_batching=false"], ""),
+        (["--enable_batching", "--batching_parameters_file=/x"], ""),  # the user's file wins
+    ],
+)
+def test_batch_threads_follow_the_budget(args: list[str], text: str) -> None:
+    assert one_container_budget(4, {}).batching_parameters(args) == text
+
+
+def test_num_batch_threads_of_a_parameters_file() -> None:
+    assert num_batch_threads("max_batch_size { value: 64 }\nnum_batch_threads { value: 3 }\n") == 3
+    assert num_batch_threads("max_batch_size { value: 64 }\n") is None
+
+
+def test_shell_assignments_are_what_run_server_evaluates() -> None:
+    text = shell_assignments(
+        one_container_budget(2, {}), {"OMP_NUM_THREADS": "2", "SERVING_ARGS": "--enable_batching"}
+    )
+    assert text.splitlines() == [
+        "WEB_CONCURRENCY=1",
+        "MKL_NUM_THREADS=1",  # OMP_NUM_THREADS was set: left alone
+        "OPENBLAS_NUM_THREADS=1",
+        "SERVING_BUDGET_FLAGS='--tensorflow_intra_op_parallelism=1 "
+        "--tensorflow_inter_op_parallelism=1 --rest_api_num_threads=1'",
+        "SERVING_BUDGET_BATCHING='num_batch_threads { value: 1 }",
+        "'",
+    ]
+
+
+def _budget_cli(*args: str, cpus: str | None = None, env: dict[str, str] | None = None) -> str:
+    command = [sys.executable, "-m", "api.cpu_budget", *args]
+    if cpus is not None:
+        command = ["taskset", "-c", cpus, *command]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=60,
+                          env={"PATH": os.environ["PATH"], **(env or {})}, check=True)
+    return done.stdout
+
+
+@pytest.mark.skipif(shutil.which("taskset") is None or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs taskset and 2 CPUs")
+@pytest.mark.parametrize(("cpus", "workers", "threads"), [("0", 1, 1), ("0,1", 1, 1)])
+def test_the_budget_follows_the_affinity_mask(cpus: str, workers: int, threads: int) -> None:
+    out = _budget_cli(cpus=cpus)
+    assert f"WEB_CONCURRENCY={workers}\n" in out
+    assert f"--rest_api_num_threads={threads}'" in out
+
+
+def test_the_budget_follows_a_cgroup_quota(tmp_path: Path, proc_v2: Path) -> None:
+    write(tmp_path / "cpu.max", "50000 100000")  # half a CPU: one whole CPU for both tiers
+    out = _budget_cli(f"--cgroup-root={tmp_path}", f"--proc-cgroup={proc_v2}",
+                      env={"WEB_CONCURRENCY": "2"})
+    assert "WEB_CONCURRENCY=2\n" in out and "--rest_api_num_threads=1'" in out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -81,6 +82,7 @@ def test_good_configuration_passes(capsys: pytest.CaptureFixture[str]) -> None:
         "--cpus=4",
         "--workers=2",
         "--api-threads=1",
+        "--serving-threads=2",
         "--serving-intra-op=1",
         "--serving-inter-op=1",
         "--app=api.app:create_app",
@@ -89,10 +91,29 @@ def test_good_configuration_passes(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0, out
     assert "WARN" not in out
     assert "API: 2 workers (--workers) x 1 thread(s) = 2" in out
+    assert "serving: 2 session run(s) x intra-op 1, inter-op 1" in out
     assert "OK   [cpu] 4 busy threads fit in 4 CPUs" in out
     assert "OK   [async] no known blocking calls in" in out
     assert "preload_app is on" in out
     assert out.rstrip().endswith("0 warning(s)")
+
+
+@pytest.mark.parametrize(("cpus", "workers", "serving"), [(2, 1, 1), (4, 2, 2), (6, 3, 3)])
+def test_the_one_container_default_fits(
+    capsys: pytest.CaptureFixture[str], cpus: int, workers: int, serving: int
+) -> None:
+    """Nothing set: the budget run-server.sh starts with, which fits from 2 CPUs up."""
+    code, out = run_doctor(capsys, f"--cpus={cpus}", "--app=", f"--gunicorn-config={GOOD_CONFIG}")
+    assert code == 0, out
+    assert f"API: {workers} workers (run-server.sh's CPU budget) x 1 thread(s)" in out
+    assert f"serving: {serving} session run(s) x intra-op 1, inter-op 1 (run-server.sh's CPU budget)" in out
+
+
+def test_one_cpu_cannot_hold_both_tiers(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = run_doctor(capsys, "--cpus=1", "--app=", f"--gunicorn-config={GOOD_CONFIG}")
+    assert code == 1
+    assert "oversubscribed: 2 busy threads on 1 CPUs" in out
+    assert "give the container at least 2 CPUs" in out
 
 
 def test_oversubscription_is_reported(capsys: pytest.CaptureFixture[str]) -> None:
@@ -107,7 +128,8 @@ def test_oversubscription_is_reported(capsys: pytest.CaptureFixture[str]) -> Non
         env={"OMP_NUM_THREADS": "1"},
     )
     assert code == 1
-    assert "WARN [cpu] oversubscribed: 8 busy threads on 2 CPUs (4.0x)" in out
+    # 4 API threads + 1 session run x 2 intra-op + 1 inter-op thread beyond the caller's
+    assert "WARN [cpu] oversubscribed: 7 busy threads on 2 CPUs (3.5x)" in out
 
 
 def test_budget_read_from_environment(capsys: pytest.CaptureFixture[str]) -> None:
@@ -115,29 +137,56 @@ def test_budget_read_from_environment(capsys: pytest.CaptureFixture[str]) -> Non
         "WEB_CONCURRENCY": "3",
         "OMP_NUM_THREADS": "1",
         "SERVING_ARGS": "--port=8500 --tensorflow_intra_op_parallelism=2 "
-        "--tensorflow_inter_op_parallelism 1",
+        "--tensorflow_inter_op_parallelism 1 --rest_api_num_threads=2",
     }
     code, out = run_doctor(
         capsys, "--cpus=8", "--app=", f"--gunicorn-config={GOOD_CONFIG}", env=env
     )
     assert code == 0, out
     assert "API: 3 workers (WEB_CONCURRENCY) x 1 thread(s) = 3" in out
-    assert "serving: intra-op 2 + inter-op 1" in out
-    assert "6 busy threads fit in 8 CPUs" in out
+    assert "serving: 2 session run(s) x intra-op 2, inter-op 1" in out
+    assert "7 busy threads fit in 8 CPUs" in out
 
 
 def test_serving_default_pools_count_one_thread_per_cpu(capsys: pytest.CaptureFixture[str]) -> None:
+    """TensorFlow's defaults (0) and TF Serving's 4 request threads per CPU: far over."""
     env = {
         "WEB_CONCURRENCY": "1",
         "OMP_NUM_THREADS": "1",
-        "SERVING_ARGS": "--tensorflow_session_parallelism=0",
+        "SERVING_ARGS": "--tensorflow_session_parallelism=0 --rest_api_num_threads=0",
     }
     code, out = run_doctor(
         capsys, "--cpus=4", "--app=", f"--gunicorn-config={GOOD_CONFIG}", env=env
     )
-    assert "serving: intra-op 4 + inter-op 4" in out
-    assert "oversubscribed: 9 busy threads on 4 CPUs" in out
+    assert "serving: 16 session run(s) x intra-op 4, inter-op 4" in out
+    assert "oversubscribed: 68 busy threads on 4 CPUs" in out
     assert code == 1
+
+
+def test_batch_threads_come_from_the_parameters_file(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    parameters = tmp_path / "batching.config"
+    parameters.write_text("batch_timeout_micros { value: 2000 }\nnum_batch_threads { value: 3 }\n")
+    env = {"SERVING_ARGS": f"--enable_batching --batching_parameters_file={parameters}"}
+    code, out = run_doctor(capsys, "--cpus=4", "--app=", f"--gunicorn-config={GOOD_CONFIG}", env=env)
+    assert "serving: 3 session run(s) x intra-op 1, inter-op 1" in out
+    assert "num_batch_threads of the batching parameters file" in out
+    assert code == 1  # 2 API workers + 3 batch threads on 4 CPUs
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+@pytest.mark.parametrize(("cpus", "code"), [("0", 1), ("0,1", 0)])
+def test_make_doctor_under_taskset(cpus: str, code: int) -> None:
+    """`python -m api.doctor` as `make doctor` runs it, the CPUs limited by the affinity mask."""
+    done = subprocess.run(
+        ["taskset", "-c", cpus, sys.executable, "-m", "api.doctor", "--app="],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+        env={"PATH": os.environ["PATH"]},
+    )
+    assert done.returncode == code, done.stdout
+    assert f"CPUs available: {len(cpus.split(','))} (no cgroup quota" in done.stdout or \
+        "cgroup quota" in done.stdout
 
 
 def test_blocking_async_endpoints_are_named(

@@ -1,4 +1,4 @@
-"""Goal checks (table-driven) and the report: markdown tables, plots, results.json."""
+"""The targets (table-driven, synthetic results), the results.json schema, and the report."""
 
 from __future__ import annotations
 
@@ -8,255 +8,188 @@ from pathlib import Path
 import pytest
 
 from bench.goals import evaluate
-from bench.load import (
-    ClosedLoopResult,
-    FixedRateResult,
-    LatencySummary,
-    WrkErrors,
-    WrkSummary,
-    fixed_rate_result,
-    parse_paced_counters,
-    parse_wrk,
-    read_latency_file,
-)
 from bench.memory import ProcessMemory
-from bench.report import change, markdown_report, write_outputs
+from bench.report import markdown_report, notes, slo_table, write_outputs
 from bench.results import (
+    CURVE_KEYS,
+    RECORD_KEYS,
     BenchResults,
     CpuUse,
-    FixedRateRun,
+    CurvePoint,
     MemoryRun,
-    SaturationRun,
     SetupResult,
 )
 
-DATA = Path(__file__).parent / "data"
-CPU = CpuUse(
-    setup_cores=0.9, by_role={"api worker": 0.9}, load_generator_cores=0.2, other_cores=0.0
-)
+CPU = CpuUse(setup_cores=0.9, by_role={"api worker": 0.9}, load_generator_cores=0.2,
+             other_cores=0.0)
+ISSUE_CURVE_KEYS = ("offered_rps", "achieved_rps", "p50_ms", "p99_ms", "p999_ms", "max_ms",
+                    "errors")
 
 
-def saturation(rps: float, status_errors: int = 0) -> SaturationRun:
-    duration = 10.0
-    summary = WrkSummary(
-        requests=int(rps * duration) + status_errors,
-        duration_s=duration,
-        rps=rps + status_errors / duration,
-        latency_avg_ms=5.0,
-        latency_stdev_ms=1.0,
-        latency_max_ms=20.0,
-        percentiles_ms={"50": 4.0, "99": 15.0},
-        errors=WrkErrors(status=status_errors),
-    )
-    return SaturationRun(ClosedLoopResult(32, summary, 0.2), CPU)
-
-
-def paced(offered: float, p99_ms: float, *, kept: bool = True) -> FixedRateResult:
-    duration = 5.0
-    sent = int(offered * duration) if kept else int(offered * duration * 0.5)
-    return FixedRateResult(
-        offered_rps=offered,
-        connections=64,
-        duration_s=duration,
-        planned=int(offered * duration),
-        sent=sent,
-        ok=sent,
-        achieved_rps=sent / duration,
-        latency=LatencySummary(
-            count=sent,
-            avg_ms=p99_ms / 3,
-            p50_ms=p99_ms / 4,
-            p90_ms=p99_ms / 2,
-            p99_ms=p99_ms,
-            p999_ms=p99_ms * 1.5,
-            max_ms=p99_ms * 2,
-        ),
-        errors=WrkErrors(),
-        in_flight_at_end=0,
-        early=0,
-        load_cpu_cores=0.2,
+def point(rate: float, p50: float, p99: float, *, phase: str = "sweep", slo_ms: float = 25.0,
+          errors: int = 0, cpu: CpuUse = CPU, stopped: str = "") -> CurvePoint:
+    passed = errors == 0 and p99 <= slo_ms
+    return CurvePoint(
+        offered_rps=rate, achieved_rps=rate, p50_ms=p50, p99_ms=p99, p999_ms=p99 * 1.2,
+        max_ms=p99 * 1.5, errors=errors, phase=phase, passed=passed,
+        verdict="" if passed else "p99 over", duration_s=2.5, requests=int(rate * 2.5),
+        schedule_kept=True, stopped_early=stopped, generator_lag_p99_ms=0.01,
+        generator_busy_cores=0.05, cpu=cpu,
     )
 
 
-def setup(
-    name: str,
-    column: str,
-    rps: float,
-    *,
-    ref_p99: float | None = None,
-    kept: bool = True,
-    pss: tuple[float, float] | None = None,
-) -> SetupResult:
-    result = SetupResult(name, column, f"{name} setup", status="ok", workers=1)
-    result.saturation = saturation(rps)
-    own = paced(0.8 * rps, 9.0)
-    result.fixed_rate.append(FixedRateRun("80% of own saturation", 0.8, False, own, CPU))
-    if ref_p99 is not None:
-        ref = paced(1000.0, ref_p99, kept=kept)
-        result.fixed_rate.append(FixedRateRun("reference", None, True, ref, CPU))
-    if pss is not None:
+def setup(name: str, slo_rps: float | None, *, workload: str = "fraud", column: str = "",
+          headline: bool = False, curve: list[CurvePoint] | None = None,
+          pss: tuple[float, float] | None = None) -> SetupResult:
+    result = SetupResult(name, workload, column or name.split("-")[0], f"the {name} setup",
+                         headline=headline, status="ok", slo_rps=slo_rps, workers=1,
+                         closed_loop_rps=(slo_rps or 10.0) * 1.3)
+    result.latency_curve = curve if curve is not None else (
+        [point(slo_rps, 2.0, 20.0)] if slo_rps else [point(10.0, 40.0, 60.0)]
+    )
+    if pss:
         for workers, mb in zip((1, 4), pss, strict=True):
             result.memory.append(MemoryRun(workers, [ProcessMemory(1, "api", mb, mb * 2)]))
     return result
 
 
-def results(
-    split_rps: float = 3000.0,
-    *,
-    split_p99: float = 10.0,
-    kept: bool = True,
-    split_pss: tuple[float, float] = (600.0, 700.0),
-) -> BenchResults:
-    bench = BenchResults(
-        meta={"mode": "test"},
-        setups=[
-            setup("ceiling", "ceiling", 4000.0),
-            setup("naive", "naive", 30.0, pss=(1100.0, 1500.0)),
-            setup("tuned", "tuned", 1900.0, ref_p99=50.0, pss=(650.0, 800.0)),
-            setup("split-rest", "split", split_rps * 0.8, ref_p99=split_p99 * 2, pss=split_pss),
-            setup("split-grpc", "split", split_rps, ref_p99=split_p99, kept=kept, pss=split_pss),
-        ],
-        reference_rps=1000.0,
-    )
-    bench.goals = evaluate(bench)
-    return bench
+def run(*, split_rps: float = 1400.0, tuned_rps: float = 650.0, ceiling_rps: float = 2000.0,
+        split_p99_at_tuned: float = 8.0, split_p50_low: float = 2.5,
+        heavy: tuple[float | None, float | None] = (800.0, 150.0),
+        split_pss: tuple[float, float] = (600.0, 650.0)) -> BenchResults:
+    """A run shaped like the quick plan's; every rate and latency set by the caller."""
+    tuned = setup("tuned", tuned_rps, curve=[
+        point(0.1 * tuned_rps, 2.0, 4.0, phase="reference"), point(tuned_rps, 4.0, 20.0)],
+        pss=(800.0, 900.0))
+    split = setup("split", split_rps, headline=True, curve=[
+        point(split_rps, 3.0, 22.0), point(tuned_rps, 2.0, split_p99_at_tuned, phase="reference"),
+        point(0.1 * tuned_rps, split_p50_low, 5.0, phase="reference")], pss=split_pss)
+    heavy_split, heavy_tuned = heavy
+    return BenchResults(meta={"slo_ms": 25.0, "mode": "test"}, setups=[
+        setup("ceiling", ceiling_rps, pss=(60.0, 110.0)),
+        setup("naive", None, pss=(1000.0, 2000.0)),
+        tuned,
+        split,
+        setup("split-coalescing", 2 * split_rps, column="split"),
+        setup("tuned", heavy_tuned, workload="fraud-transformer"),
+        setup("split", heavy_split, workload="fraud-transformer", headline=True),
+    ])
 
 
-def held(bench: BenchResults) -> dict[str, bool | None]:
-    return {g.name: g.held for g in bench.goals}
-
-
-def test_best_split_is_the_headline_column() -> None:
-    bench = results()
-    assert bench.best_split() is bench.setup("split-grpc")
-    assert bench.column("split") is bench.setup("split-grpc")
+def held(results: BenchResults) -> dict[str, bool | None]:
+    return {g.name: g.held for g in evaluate(results)}
 
 
 @pytest.mark.parametrize(
-    ("split_rps", "expected"),
-    [
-        # vs tuned 1900 (>= 1.5x), vs ceiling 4000 (>= 0.6x), vs naive 30 (>= 50x)
-        (3000.0, (True, True, True)),
-        (2000.0, (False, False, True)),
-        (1400.0, (False, False, False)),
-    ],
+    ("split_rps", "vs_tuned", "vs_ceiling"),
+    [(1400.0, True, True), (1200.0, False, True), (1300.0, True, True), (1100.0, False, False)],
 )
-def test_throughput_goals(split_rps: float, expected: tuple[bool, bool, bool]) -> None:
-    goals = held(results(split_rps))
-    names = ("throughput vs tuned", "throughput vs ceiling", "throughput vs naive")
-    assert tuple(goals[name] for name in names) == expected
+def test_slo_rps_targets(split_rps: float, vs_tuned: bool, vs_ceiling: bool) -> None:
+    goals = held(run(split_rps=split_rps))
+    assert (goals["SLO-RPS vs tuned"], goals["SLO-RPS vs ceiling"]) == (vs_tuned, vs_ceiling)
+
+
+def test_the_headline_split_is_judged_not_the_fastest_variant() -> None:
+    results = run(split_rps=1000.0)  # split-coalescing has 2,000
+    goals = {g.name: g for g in evaluate(results)}
+    assert goals["SLO-RPS vs tuned"].held is False
+    assert goals["SLO-RPS vs tuned"].measured.startswith("1,000.0 / 650.0")
+
+
+@pytest.mark.parametrize(("p99", "expected"), [(10.0, True), (10.5, False)])
+def test_tail_at_tuned_slo_rps(p99: float, expected: bool) -> None:
+    assert held(run(split_p99_at_tuned=p99))["tail at tuned's SLO-RPS"] is expected
+
+
+@pytest.mark.parametrize(("p50", "expected"), [(3.0, True), (3.01, False)])
+def test_median_at_low_load(p50: float, expected: bool) -> None:
+    assert held(run(split_p50_low=p50))["median at low load"] is expected  # tuned p50 2.0
 
 
 @pytest.mark.parametrize(
-    ("p99", "kept", "expected"),
-    [(10.0, True, True), (12.5, True, True), (13.0, True, False), (5.0, False, False)],
+    ("heavy", "expected"),
+    [((600.0, 150.0), True), ((590.0, 150.0), False), ((None, 150.0), False), ((600.0, None), None)],
 )
-def test_tail_latency_goal(p99: float, kept: bool, expected: bool) -> None:
-    # tuned's p99 at the reference load is 50 ms: the bound is 12.5 ms
-    assert held(results(split_p99=p99, kept=kept))["tail latency"] is expected
+def test_heavier_model_target(heavy: tuple[float | None, float | None], expected: bool | None) -> None:
+    assert held(run(heavy=heavy))["heavier model"] is expected
 
 
 @pytest.mark.parametrize(
     ("split_pss", "expected"),
     [
-        # naive (1100, 1500) x 0.6 = (660, 900); tuned (650, 800) x 0.9 = (585, 720)
         ((500.0, 600.0), {"memory vs naive @1w": True, "memory vs tuned @1w": True,
                           "memory vs naive @4w": True, "memory vs tuned @4w": True,
                           "memory per worker": True}),
-        ((620.0, 730.0), {"memory vs naive @1w": True, "memory vs tuned @1w": False,
-                          "memory vs naive @4w": True, "memory vs tuned @4w": False,
-                          "memory per worker": True}),
+        ((720.0, 820.0), {"memory vs naive @1w": False, "memory vs tuned @1w": True,
+                          "memory vs tuned @4w": False, "memory per worker": True}),
         ((500.0, 650.0), {"memory per worker": False}),  # 50 MB per added worker
     ],
 )
-def test_memory_goals(split_pss: tuple[float, float], expected: dict[str, bool]) -> None:
-    goals = held(results(split_pss=split_pss))
+def test_memory_targets(split_pss: tuple[float, float], expected: dict[str, bool]) -> None:
+    goals = held(run(split_pss=split_pss))
     assert {k: goals[k] for k in expected} == expected
 
 
-def test_goals_are_not_measured_without_a_split() -> None:
-    bench = results()
-    bench.setups = [s for s in bench.setups if s.column != "split"]
-    bench.setups.append(SetupResult("split-rest", "split", "x", status="failed", reason="boom"))
-    goals = evaluate(bench)
-    assert {g.held for g in goals} == {None}
-    assert "failed (boom)" in goals[0].note
+def test_nothing_is_held_that_was_not_measured() -> None:
+    results = run()
+    results.setups = [s for s in results.setups if s.name != "split" or s.workload != "fraud"]
+    goals = {g.name: g for g in evaluate(results)}
+    for name in ("SLO-RPS vs tuned", "tail at tuned's SLO-RPS", "median at low load",
+                 "memory vs naive @1w", "memory per worker"):
+        assert goals[name].held is None and "split: not run" in goals[name].note
 
 
-@pytest.mark.parametrize(
-    ("before", "after", "text"),
-    [
-        (40.0, 6.0, "÷6.7 (−85 %)"),
-        (198.0, 900.0, "×4.5 (+355 %)"),
-        (None, 1.0, "–"),
-        (0.0, 1.0, "–"),
-    ],
-)
-def test_change(before: float | None, after: float | None, text: str) -> None:
-    assert change(before, after) == text
+def test_a_tuned_that_never_meets_the_slo_leaves_the_ratio_unmeasured() -> None:
+    goals = {g.name: g for g in evaluate(run(tuned_rps=0.0))}
+    assert goals["SLO-RPS vs tuned"].held is None
 
 
-def test_report_from_captured_runs(tmp_path: Path) -> None:
-    """A report built from real wrk output: tables, plots and results.json agree."""
-    closed = ClosedLoopResult(32, parse_wrk((DATA / "wrk_closed_latency.txt").read_text()), 0.1)
-    counters = parse_paced_counters((DATA / "wrk_paced_300rps.txt").read_text())
-    samples = read_latency_file(DATA / "paced_latencies_us.txt")
-    run = fixed_rate_result(300.0, 16, counters, samples, 0.1)
-    bench = results()
-    ceiling = bench.setup("ceiling")
-    assert ceiling is not None
-    ceiling.saturation = SaturationRun(closed, CPU)
-    ceiling.fixed_rate = [FixedRateRun("80% of own saturation", 0.8, False, run, CPU)]
-    bench.setups.append(
-        SetupResult(
-            "split-grpc-coalescing",
-            "split",
-            "x",
-            status="skipped",
-            reason="not available yet: no coalescing field",
-        )
-    )
-
-    text = markdown_report(bench)
-    assert "| Metric | naive | tuned | split (split-grpc) | change (naive → split) |" in text
-    assert "| Throughput at saturation (RPS) | 30 | 1,900 | 3,000 | ×100.0 (+9900 %) |" in text
-    assert "not available yet: no coalescing field" in text
-    assert f"{run.latency.p99_ms:,.1f}" in text  # type: ignore[union-attr]
-    assert "| Latency p99 (ms) | 150 → 11 | ÷13.6 (−93 %)" in text
-
-    out = tmp_path / "20260101T000000Z"
-    out.mkdir()
-    outputs = write_outputs(bench, out)
-    plots = {"latency.png", "latency_p99.png", "memory.png"}
-    assert set(outputs) == {"results.json", "report.md", *plots}
-    for name in plots:
-        assert outputs[name].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert (tmp_path / "latest").resolve() == out.resolve()
+def test_results_json_schema(tmp_path: Path) -> None:
+    results = run()
+    results.goals = evaluate(results)
+    run_dir = tmp_path / "20261201T000000Z"
+    run_dir.mkdir()
+    outputs = write_outputs(results, run_dir)
+    assert set(outputs) == {"results.json", "report.md", "slo_curves.png", "memory.png"}
     data = json.loads(outputs["results.json"].read_text())
-    by_name = {s["name"]: s for s in data["setups"]}
-    assert by_name["ceiling"]["saturation"]["closed"]["summary"]["rps"] == pytest.approx(1356.05)
-    assert by_name["ceiling"]["fixed_rate"][0]["result"]["latency"]["count"] == 908
-    assert by_name["tuned"]["memory"][1]["pss_mb"] == 800.0
-    assert {g["name"] for g in data["goals"]} >= {"throughput vs tuned", "memory per worker"}
-    # a second run replaces `latest`
-    second = tmp_path / "20260101T000100Z"
-    second.mkdir()
-    write_outputs(bench, second)
-    assert (tmp_path / "latest").resolve() == second.resolve()
+    assert set(data) == {"meta", "setups", "goals"}
+    for record in data["setups"]:
+        assert tuple(record) == RECORD_KEYS
+        assert record["workload"] in ("fraud", "fraud-transformer")
+        assert record["slo_ms"] == 25.0
+        assert record["slo_rps"] is None or isinstance(record["slo_rps"], float)
+        rates = [p["offered_rps"] for p in record["latency_curve"]]
+        assert rates == sorted(rates) and rates
+        for p in record["latency_curve"]:
+            assert tuple(p) == CURVE_KEYS
+            assert all(isinstance(p[k], (int, float)) for k in ISSUE_CURVE_KEYS)
+    naive = next(r for r in data["setups"] if r["name"] == "naive")
+    assert naive["slo_rps"] is None
+    split = next(r for r in data["setups"] if r["name"] == "split" and r["workload"] == "fraud")
+    assert split["headline"] is True and split["memory"][1]["pss_mb"] == 650.0
+    assert {g["name"] for g in data["goals"]} >= {"SLO-RPS vs tuned", "heavier model"}
+    assert (tmp_path / "latest").resolve() == run_dir.resolve()
 
 
-def test_busy_machine_and_slow_runs_are_noted() -> None:
-    from dataclasses import replace
+def test_report_tables_name_the_headline_and_unmet_slos() -> None:
+    results = run()
+    results.goals = evaluate(results)
+    table = slo_table(results)
+    assert "| fraud | split | headline (product default) | 1,400 | 3.0 / 22.0 |" in table
+    assert "| fraud | split-coalescing | variant | 2,800 |" in table
+    assert "| fraud | naive | naive | never met |" in table
+    report = markdown_report(results)
+    assert "![p50 and p99 against offered load](slo_curves.png)" in report
+    assert "## Targets" in report and "heavier model" in report
 
-    from bench.report import notes
 
-    bench = results(kept=False)
-    tuned = bench.setup("tuned")
-    assert tuned is not None and tuned.saturation is not None
-    busy = replace(CPU, other_cores=1.3)
-    tuned.saturation = replace(tuned.saturation, cpu=busy)
-    tuned.fixed_rate[0] = replace(tuned.fixed_rate[0], cpu=busy)
-    found = notes(bench)
-    assert found[0].startswith("Other processes on the machine used more than 0.25 cores during 2 of")
-    assert "up to 1.30 cores" in found[0]
-    assert any("split-grpc, reference: sent 2,500 of 5,000 planned" in n for n in found)
+def test_busy_machine_and_early_stops_are_noted() -> None:
+    results = run()
+    busy = CpuUse(setup_cores=0.5, by_role={}, load_generator_cores=0.1, other_cores=0.9)
+    results.setups[2].latency_curve.append(point(900.0, 30.0, 80.0, cpu=busy, phase="refine",
+                                                 stopped="p99 above the SLO"))
+    results.setups[3].status, results.setups[3].reason = "failed", "serving exited"
+    found = notes(results)
+    assert any("more than 0.25 cores during 1 of" in n for n in found)
+    assert "fraud/split: failed: serving exited" in found
+    assert "stopped early: p99 above the SLO; lower bounds" in markdown_report(results)

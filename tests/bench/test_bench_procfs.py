@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from bench.memory import parse_smaps_rollup, process_memory, tree_memory
 from bench.procfs import (
+    CpuMeter,
     ProcStat,
     parse_stat,
     parse_system_cpu,
@@ -92,3 +94,18 @@ def test_live_tree_cpu_and_memory() -> None:
     assert read_stat(child.pid) is None
     assert process_memory(child.pid, "gone") is None
     assert system_cpu_ticks() > 0
+
+
+def test_cpu_meter_reads_a_busy_process_and_the_machine() -> None:
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        meter = CpuMeter([busy.pid])
+        time.sleep(0.5)
+        reading = meter.read()
+    finally:
+        busy.kill()
+        busy.wait()
+    assert set(reading.by_pid) == {busy.pid}
+    assert 0.2 < reading.cores <= 1.1  # one spinning thread (on a shared machine, at least some)
+    assert reading.machine_cores >= reading.cores - 0.1
+    assert reading.elapsed_s >= 0.5

@@ -20,28 +20,19 @@ import orjson
 import pytest
 from tensorflow_serving.apis import predict_pb2
 
-import bench.serving_tier as serving_tier
 from bench.load import LoadToolError
 from bench.processes import SetupError
-from bench.serving_tier import (
-    GOAL_GRPC_RPS_ONE_CORE,
-    GOAL_PREDICTIONS_PER_S,
+from bench.serving_tier.counters import ServerCounters, check_server_counts, parse_counters
+from bench.serving_tier.grpc_load import check_predict, choose_generator, h2load_load
+from bench.serving_tier.h2load import h2load_command, parse_h2load, run_tool
+from bench.serving_tier.report import GOAL_GRPC_RPS_ONE_CORE, GOAL_PREDICTIONS_PER_S, goals, table
+from bench.serving_tier.result import Run
+from bench.serving_tier.runs import ceiling_note
+from bench.serving_tier.workload import (
     N_FEATURES,
     PREDICT_METHOD,
-    Run,
-    ServerCounters,
-    _goals,
-    _run_tool,
-    _table,
-    ceiling_note,
-    check_server_counts,
-    choose_generator,
     grpc_frame,
     grpc_requests,
-    h2load_command,
-    h2load_load,
-    parse_counters,
-    parse_h2load,
     request_batches,
     write_grpc_body,
     write_rest_pool,
@@ -251,25 +242,25 @@ def test_goals_take_the_best_qualifying_runs() -> None:
         _run("REST", 1, "tuned", 256, GOAL_PREDICTIONS_PER_S / 256 - 1),
         _run("gRPC", 2, "tuned", 256, 800),
     ]
-    first, second = _goals(runs)
+    first, second = goals(runs)
     assert first["held"] and first["measured"] == GOAL_GRPC_RPS_ONE_CORE + 1
     assert second["held"] and second["measured"] == 800 * 256
     assert second["where"] == "gRPC, 2 core(s), batching tuned"
-    assert not any(goal["held"] for goal in _goals(runs[:2]))
+    assert not any(goal["held"] for goal in goals(runs[:2]))
 
 
 def test_goals_leave_flagged_runs_out() -> None:
     flagged = _run("gRPC", 1, "tuned", 1, GOAL_GRPC_RPS_ONE_CORE * 2)
     flagged.flags.append("the server answered 5 Predict calls with a non-OK status")
     trusted = _run("gRPC", 1, "default", 1, 1_000)
-    first, _ = _goals([flagged, trusted])
+    first, _ = goals([flagged, trusted])
     assert first["measured"] == 1_000 and not first["held"]
 
 
 def test_table_flags_runs_on_a_busy_machine() -> None:
     quiet, busy = _run("REST", 1, "off", 1, 100), _run("REST", 1, "off", 1, 100)
     busy.other_cpu_cores = 0.9
-    lines = _table([quiet, busy]).splitlines()
+    lines = table([quiet, busy]).splitlines()
     assert "*" not in lines[2] and "0.90*" in lines[3]
 
 
@@ -278,13 +269,13 @@ def test_table_shows_missing_latencies_as_dashes_and_flagged_runs() -> None:
     run.latency_mean_ms, run.latency_max_ms = 10.5, 40.25
     run.server_errors = {"INVALID_ARGUMENT": 3}
     run.flags.append("the server answered 3 Predict calls with a non-OK status")
-    table = _table([run])
-    row = table.splitlines()[2]
+    text = table([run])
+    row = text.splitlines()[2]
     assert "4x8" in row and "h2load" in row
     assert row.split()[8:12] == ["-", "-", "10.50", "40.25"]  # p50, p99, mean, max
     assert "server INVALID_ARGUMENT=3" in row and "FLAGGED" in row
-    assert "no latency percentiles" in table
-    assert "FLAGGED gRPC, 1 core(s), batching tuned, 1 rows: the server answered" in table
+    assert "no latency percentiles" in text
+    assert "FLAGGED gRPC, 1 core(s), batching tuned, 1 rows: the server answered" in text
 
 
 def test_ceiling_note_names_the_limit() -> None:
@@ -358,7 +349,7 @@ def test_h2load_drives_real_grpc_calls(tmp_path: Path) -> None:
     body = write_grpc_body(tmp_path / "body.bin", grpc_requests(1)[0])
     server = _NullServer(tmp_path)
     try:
-        serving_tier.check_predict(f"127.0.0.1:{server.port}", grpc_requests(1)[0], None)
+        check_predict(f"127.0.0.1:{server.port}", grpc_requests(1)[0], None)
         command = h2load_command(
             shutil.which("h2load") or "h2load",
             f"http://127.0.0.1:{server.port}{PREDICT_METHOD}",
@@ -369,7 +360,7 @@ def test_h2load_drives_real_grpc_calls(tmp_path: Path) -> None:
             warmup_s=0.2,
             cpus=[],
         )
-        text, cpu = _run_tool(command, timeout_s=60)
+        text, cpu = run_tool(command, timeout_s=60)
     finally:
         server.stop()
     load = h2load_load(parse_h2load(text), duration_s=1.0, load_cpu_cores=cpu)

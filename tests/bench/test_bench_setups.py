@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import orjson
@@ -11,10 +12,11 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.examples.fraud.schemas import Transaction
-from bench.__main__ import default_pinning
+from bench.__main__ import default_pinning, jobs_for
 from bench.apps import ceiling
-from bench.setups import all_setups, split_variants
-from bench.workload import body_pool
+from bench.plan import QUICK
+from bench.setups import all_setups, custom_variant, split_environment, split_variants
+from bench.workload import FRAUD, FRAUD_TRANSFORMER, WORKLOADS, body_pool
 
 
 @dataclass
@@ -28,42 +30,71 @@ def by_name(fields: dict[str, Any]) -> dict[str, Any]:
     return {s.name: s for s in split_variants(fields)}
 
 
-def test_rest_only_api() -> None:
+def test_rest_only_api_has_the_headline_split_only() -> None:
     variants = by_name({"serving_url": Field(str)})
-    assert variants["split-rest"].available
-    assert variants["split-rest"].env == {}
-    for name in ("split-grpc", "split-rest-coalescing", "split-grpc-coalescing"):
-        assert not variants[name].available
+    assert variants["split"].available and variants["split"].headline
+    assert variants["split"].env == {}  # the product default: nothing set
+    for name in ("split-grpc", "split-coalescing", "split-grpc-coalescing"):
+        assert not variants[name].available and not variants[name].headline
         assert variants[name].unavailable_reason.startswith("not available yet")
 
 
-def test_grpc_and_coalescing_fields() -> None:
+def test_variants_set_one_api_setting_each() -> None:
     variants = by_name(
         {
             "serving_protocol": Field(Literal["rest", "grpc"]),
-            "serving_grpc_targets": Field(list[str]),
             "coalescing_enabled": Field(bool),
-            "events_jsonl_path": Field(str),
         }
     )
     assert all(v.available for v in variants.values())
-    grpc = variants["split-grpc-coalescing"]
-    assert grpc.env == {"SERVING_PROTOCOL": "grpc", "COALESCING_ENABLED": "true"}
-    assert grpc.grpc_target_env == "SERVING_GRPC_TARGETS"
-    assert grpc.events_path_env == "EVENTS_JSONL_PATH"
-    assert variants["split-rest"].env == {"SERVING_PROTOCOL": "rest", "COALESCING_ENABLED": "false"}
+    assert [v.name for v in variants.values() if v.headline] == ["split"]
+    assert variants["split"].env == {}
+    assert variants["split-coalescing"].env == {"COALESCING_ENABLED": "true"}
+    assert variants["split-grpc"].env == {"SERVING_PROTOCOL": "grpc"}
+    assert variants["split-grpc-coalescing"].env == {
+        "SERVING_PROTOCOL": "grpc", "COALESCING_ENABLED": "true"
+    }
 
 
-def test_grpc_protocol_without_a_target_field_is_not_available() -> None:
-    variants = by_name({"serving_protocol": Field(Literal["rest", "grpc"])})
+def test_a_protocol_field_without_grpc_is_not_available() -> None:
+    variants = by_name({"serving_protocol": Field(Literal["rest"])})
     assert not variants["split-grpc"].available
-    assert "target" in variants["split-grpc"].unavailable_reason
+    assert "accepts only" in variants["split-grpc"].unavailable_reason
 
 
 def test_the_api_in_this_checkout() -> None:
     names = [s.name for s in all_setups()]
-    assert names[:3] == ["ceiling", "naive", "tuned"]  # tuned before the splits: reference load
-    assert "split-rest" in names
+    assert names[:3] == ["ceiling", "naive", "tuned"]  # tuned before the splits: its SLO-RPS
+    assert names[3] == "split"
+    assert {"split-coalescing", "split-grpc"} <= set(names)
+
+
+def test_the_split_is_started_by_run_server_with_only_ports_and_files_set(tmp_path: Path) -> None:
+    env = split_environment(FRAUD, api_port=1, rest_port=2, grpc_port=3, run_dir=tmp_path, tag="t")
+    config = Path(env["MODEL_CONFIG_FILE"]).read_text()
+    assert '    name: "fraud"\n' in config and "digits" not in config  # the model tuned loads
+    assert env["MODEL_ROUTES"] == "fraud"  # the route of the one model serving has
+    sizing = {"WEB_CONCURRENCY", "SERVING_ARGS", "OMP_NUM_THREADS", "COALESCING_ENABLED",
+              "SERVING_PROTOCOL", "MODELS__FRAUD__MODEL_NAME"}
+    assert not sizing & env.keys()
+    assert (env["API_PORT"], env["REST_API_PORT"], env["GRPC_PORT"]) == ("1", "2", "3")
+    assert env["API_HOST"] == "127.0.0.1"
+
+
+def test_another_workload_is_served_under_the_fraud_route(tmp_path: Path) -> None:
+    env = split_environment(FRAUD_TRANSFORMER, api_port=1, rest_port=2, grpc_port=3,
+                            run_dir=tmp_path, tag="t")
+    assert env["MODELS__FRAUD__MODEL_NAME"] == "fraud_transformer"
+    config = Path(env["MODEL_CONFIG_FILE"]).read_text()
+    assert '    name: "fraud_transformer"\n' in config  # on its own line: run-server.sh reads it so
+    assert f'base_path: "{FRAUD_TRANSFORMER.base_path}"' in config
+
+
+def test_workloads_share_the_fraud_signature_and_have_a_version() -> None:
+    assert set(WORKLOADS) == {"fraud", "fraud-transformer"}
+    for workload in WORKLOADS.values():
+        assert (workload.version_dir / "saved_model.pb").is_file()
+        assert workload.version_dir.parent.name == workload.model_name
 
 
 @pytest.mark.parametrize(
@@ -76,13 +107,12 @@ def test_default_pinning(
     assert default_pinning(cpus) == expected
 
 
-def test_body_pool_is_valid_varied_and_starts_with_the_id() -> None:
+def test_body_pool_is_valid_and_varied() -> None:
     bodies = body_pool(200)
     assert len(bodies) == 200
     parsed = [orjson.loads(b) for b in bodies]
-    for body, raw in zip(parsed, bodies, strict=True):
+    for body in parsed:
         Transaction.model_validate(body)
-        assert raw.startswith(b'{"transaction_id":"')
     assert len({b["transaction_id"] for b in parsed}) == 200
     assert len(Counter(b["currency"] for b in parsed)) >= 5
     assert len(Counter(b["merchant_category"] for b in parsed)) >= 8
@@ -101,8 +131,34 @@ def test_ceiling_app_validates_and_echoes_the_id() -> None:
         assert bad.json()["detail"][0]["loc"] == ["body", "currency"]
 
 
-@pytest.mark.parametrize(("rate", "connections"), [(5.0, 8), (430.0, 22), (5000.0, 64)])
-def test_paced_connections_follow_the_rate(rate: float, connections: int) -> None:
-    from bench.plan import QUICK
+def test_jobs_of_the_quick_plan_and_a_custom_variant() -> None:
+    setups = [*all_setups(), custom_variant({"SERVING_ARGS": "--enable_batching"})]
+    jobs = jobs_for(QUICK, [FRAUD, FRAUD_TRANSFORMER], setups, [],
+                    also=["split+SERVING_ARGS=--enable_batching"])
+    names = [(j.workload.name, j.setup.name) for j in jobs]
+    assert names == [
+        ("fraud", "ceiling"), ("fraud", "naive"), ("fraud", "tuned"), ("fraud", "split"),
+        ("fraud", "split-coalescing"), ("fraud", "split+SERVING_ARGS=--enable_batching"),
+        ("fraud-transformer", "tuned"), ("fraud-transformer", "split"),
+        ("fraud-transformer", "split+SERVING_ARGS=--enable_batching"),
+    ]
+    assert [j.setup.name for j in jobs if j.memory] == ["ceiling", "naive", "tuned", "split"]
+    assert setups[-1].env == {"SERVING_ARGS": "--enable_batching"} and not setups[-1].headline
 
-    assert QUICK.paced_connections(rate) == connections
+
+@pytest.mark.parametrize("settings", [{}, {"NOT-A-NAME": "1"}, {"1X": "1"}])
+def test_custom_variants_need_environment_names(settings: dict[str, str]) -> None:
+    with pytest.raises(ValueError):
+        custom_variant(settings)
+
+
+def test_in_process_apps_collect_before_they_serve(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each comparison app runs a full collection at start (bench.apps.common.settled), so
+    a memory snapshot sees the settled state whether or not the warm-up triggered one."""
+    import gc
+
+    calls: list[int] = []
+    monkeypatch.setattr(gc, "collect", lambda *a: calls.append(1) or 0)
+    with TestClient(ceiling.create_app()) as client:
+        assert calls == [1]
+        assert client.get("/healthz").status_code == 200

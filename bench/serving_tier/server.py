@@ -1,0 +1,99 @@
+"""One start of ``python -m serving`` for the serving-tier benchmark: which CPUs, which batching.
+
+The benchmark's one model-server starter (the split setups of ``python -m bench`` start serving
+through ``run-server.sh`` instead, as the product does).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from bench.processes import Process, free_port, taskset, wait_until
+from bench.serving_tier.workload import MODEL_DIR, MODEL_NAME
+
+READY_TIMEOUT_S = 120.0
+#: ``--batching_parameters_file`` of the ``tuned`` runs (BatchingParameters text proto).
+TUNED_BATCHING = (
+    "max_batch_size { value: 512 }\n"
+    "batch_timeout_micros { value: 2000 }\n"
+    "max_enqueued_batches { value: 100 }\n"
+)
+
+
+@dataclass(frozen=True)
+class Config:
+    """One server start: which CPUs, and batching ``off``, ``default`` or ``tuned``."""
+
+    cpus: tuple[int, ...]
+    batching: str
+
+    @property
+    def label(self) -> str:
+        return (
+            f"{len(self.cpus)} core{'s' if len(self.cpus) > 1 else ''}, batching {self.batching}"
+        )
+
+
+def _ready(url: str) -> bool:
+    try:
+        response = httpx.get(url, timeout=2.0)
+    except httpx.HTTPError:
+        return False
+    return response.status_code == 200 and any(
+        v["state"] == "AVAILABLE" for v in response.json()["model_version_status"]
+    )
+
+
+@contextlib.contextmanager
+def serving(config: Config, workdir: Path) -> Iterator[tuple[Process, str, str]]:
+    """``python -m serving`` on ``config.cpus`` with the fraud model; yields (process, REST base
+    URL, gRPC target) once the model is AVAILABLE, and stops it (SIGTERM) afterwards. Its
+    Prometheus page is on (``--monitoring_config_file``): the runs read its counters."""
+    models_config = workdir / "models.config"
+    models_config.write_text(
+        f'model_config_list {{ config {{ name: "{MODEL_NAME}" base_path: "{MODEL_DIR}" '
+        'model_platform: "tensorflow" } }\n'
+    )
+    monitoring = workdir / "monitoring.config"
+    monitoring.write_text("prometheus_config { enable: true }\n")
+    rest_port, grpc_port = free_port(), free_port()
+    args = [
+        *taskset(config.cpus),
+        sys.executable,
+        "-m",
+        "serving",
+        f"--port={grpc_port}",
+        "--grpc_host=127.0.0.1",
+        f"--rest_api_port={rest_port}",
+        "--rest_api_host=127.0.0.1",
+        f"--model_config_file={models_config}",
+        f"--monitoring_config_file={monitoring}",
+        "--file_system_poll_wait_seconds=0",
+    ]
+    if config.batching != "off":
+        args.append("--enable_batching")
+    if config.batching == "tuned":
+        parameters = workdir / "batching.config"
+        parameters.write_text(TUNED_BATCHING)
+        args.append(f"--batching_parameters_file={parameters}")
+    name = f"serving-{len(config.cpus)}cpu-batching-{config.batching}"
+    proc = Process(name, args, workdir / f"{name}.log")
+    rest = f"http://127.0.0.1:{rest_port}"
+    try:
+        wait_until(
+            lambda: _ready(f"{rest}/v1/models/{MODEL_NAME}"),
+            timeout_s=READY_TIMEOUT_S,
+            what=f"{name}: model {MODEL_NAME} AVAILABLE",
+            watch=[proc],
+        )
+        yield proc, rest, f"127.0.0.1:{grpc_port}"
+    finally:
+        proc.stop()
+
+

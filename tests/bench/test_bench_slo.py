@@ -1,0 +1,162 @@
+"""The SLO pass rule and the SLO-RPS search, driven by synthetic latency curves (pure, no I/O)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import pytest
+
+from bench.plan import FULL, QUICK
+from bench.slo import SloSearch, judge, schedule_kept
+
+SLO_MS = 25.0
+
+
+def run_search(p99_at: Callable[[float], float], ladder: list[float], *, tolerance: float = 0.05,
+               max_steps: int = 12, confirmations: int = 1) -> SloSearch:
+    """Drive a search to its end against a synthetic curve rate -> p99 (no errors)."""
+    search = SloSearch(ladder, tolerance, max_steps, confirmations)
+    while (rate := search.next_rate()) is not None:
+        search.record(rate, judge(p99_ms=p99_at(rate), errors=0, schedule_kept=True,
+                                  slo_ms=SLO_MS).passed)
+    return search
+
+
+def knee(capacity: float, floor_ms: float = 2.0) -> Callable[[float], float]:
+    """An M/M/1-like curve: p99 grows without bound as the rate nears `capacity`."""
+    return lambda rate: math.inf if rate >= capacity else floor_ms / (1 - rate / capacity)
+
+
+LADDER = [100.0, 250.0, 450.0, 650.0, 850.0, 1050.0, 1300.0]
+
+
+@pytest.mark.parametrize(
+    ("p99_ms", "errors", "kept", "passed", "reason"),
+    [
+        (10.0, 0, True, True, ""),
+        (25.0, 0, True, True, ""),  # at the bound passes
+        (25.01, 0, True, False, "p99 25.0 ms > 25 ms"),
+        (10.0, 1, True, False, "1 failed request(s)"),
+        (10.0, 0, False, False, "schedule not kept"),
+        (None, 0, True, False, "no answers"),
+    ],
+)
+def test_pass_rule(p99_ms: float | None, errors: int, kept: bool, passed: bool, reason: str) -> None:
+    verdict = judge(p99_ms=p99_ms, errors=errors, schedule_kept=kept, slo_ms=SLO_MS)
+    assert (verdict.passed, verdict.reason) == (passed, reason)
+
+
+@pytest.mark.parametrize(
+    ("planned", "sent", "lag_ms", "kept"),
+    [(100, 100, 0.01, True), (100, 100, 2.5, True), (100, 100, 2.6, False), (100, 99, 0.0, False)],
+)
+def test_schedule_kept(planned: int, sent: int, lag_ms: float, kept: bool) -> None:
+    assert schedule_kept(planned=planned, sent=sent, generator_lag_p99_ms=lag_ms,
+                         slo_ms=SLO_MS) is kept
+
+
+@pytest.mark.parametrize(
+    ("capacity", "low", "high"),
+    [
+        # SLO crossed where 2 / (1 - r/c) = 25, i.e. r = 0.92 c.
+        (700.0, 0.92 * 700 / 1.05, 0.92 * 700),
+        (3000.0, 1300.0, 1300.0),  # beyond the ladder: its top rate, bound reached
+        (400.0, 0.92 * 400 / 1.05, 0.92 * 400),
+    ],
+)
+def test_search_finds_the_knee_within_the_tolerance(capacity: float, low: float, high: float) -> None:
+    search = run_search(knee(capacity), LADDER)
+    assert search.slo_rps is not None
+    assert low <= search.slo_rps <= high + 1e-9
+    if search.first_fail is not None:
+        assert search.first_fail / search.slo_rps - 1 <= 0.05
+
+
+def test_sweep_stops_at_the_first_failure_then_bisects() -> None:
+    search = run_search(knee(800.0), LADDER)  # crosses 25 ms at 736
+    rates = [rate for rate, _ in search.steps]
+    assert rates[:6] == [100.0, 250.0, 450.0, 650.0, 850.0, 850.0]  # 850 fails, confirmed
+    assert 1050.0 not in rates
+    refined = rates[6:]
+    assert refined and all(650.0 < r < 850.0 for r in refined)
+    assert refined[0] == pytest.approx(math.sqrt(650.0 * 850.0))
+
+
+def test_a_setup_that_never_meets_the_slo_has_no_slo_rps() -> None:
+    search = run_search(lambda rate: 60.0, LADDER)  # naive: 55 ms per request
+    assert search.slo_rps is None
+    assert search.steps == [(100.0, False), (100.0, False)]  # the failure confirmed once
+    assert not search.bound_reached
+
+
+def test_every_ladder_rate_passing_reaches_the_bound() -> None:
+    search = run_search(lambda rate: 1.0, LADDER)
+    assert search.slo_rps == 1300.0
+    assert search.bound_reached
+    assert len(search.steps) == len(LADDER)
+
+
+def test_the_step_budget_bounds_the_search() -> None:
+    search = run_search(knee(700.0), LADDER, tolerance=1e-6, max_steps=8)
+    assert len(search.steps) == 8
+    assert search.budget_spent and search.next_rate() is None
+    assert search.slo_rps is not None and search.slo_rps < 700.0
+
+
+def test_a_noisy_failure_is_confirmed_and_a_pass_wins() -> None:
+    """Load from elsewhere fails 450 once; measured again it passes and the sweep goes on."""
+    search = SloSearch(LADDER, 0.05, 12)
+    for rate, ok in ((100.0, True), (250.0, True), (450.0, False)):
+        search.record(rate, ok)
+    assert search.next_step() == (450.0, "confirm")
+    search.record(450.0, True)
+    assert search.first_fail is None and search.slo_rps == 450.0
+    assert search.next_step() == (650.0, "sweep")
+
+
+def test_phases_of_a_search() -> None:
+    search = SloSearch([100.0, 200.0], 0.05, 12)
+    assert search.next_step() == (100.0, "sweep")
+    search.record(100.0, True)
+    search.record(200.0, False)
+    assert search.next_step() == (200.0, "confirm")
+    search.record(200.0, False)
+    rate, phase = search.next_step() or (0.0, "")
+    assert phase == "refine" and rate == pytest.approx(math.sqrt(100.0 * 200.0))
+
+
+def test_without_confirmations_one_failure_ends_the_sweep() -> None:
+    search = run_search(lambda rate: 60.0, LADDER, confirmations=0)
+    assert search.steps == [(100.0, False)]
+
+
+def test_a_noisy_pass_above_a_failure_does_not_count() -> None:
+    """A curve that fails at 450 but passes again at 500 (noise): the answer stays below the
+    lowest failure."""
+    search = SloSearch(LADDER, 0.05, 12)
+    for rate, ok in ((100.0, True), (250.0, True), (450.0, False), (335.0, True), (500.0, True)):
+        search.record(rate, ok)
+    assert search.first_fail == 450.0
+    assert search.slo_rps == 335.0
+
+
+@pytest.mark.parametrize(
+    "ladder", [[], [0.0, 1.0], [200.0, 100.0]], ids=["empty", "not positive", "descending"]
+)
+def test_bad_ladders_are_refused(ladder: list[float]) -> None:
+    with pytest.raises(ValueError):
+        SloSearch(ladder)
+
+
+@pytest.mark.parametrize("plan", [QUICK, FULL], ids=["quick", "full"])
+def test_plan_ladders_are_ascending_from_the_minimum_rate(plan) -> None:  # type: ignore[no-untyped-def]
+    ladder = plan.ladder(20.0)  # a naive setup: 10 % of its closed-loop RPS is under 5
+    assert ladder == sorted(ladder) and len(set(ladder)) == len(ladder)
+    assert ladder[0] == plan.min_rate_rps
+    assert plan.ladder(1000.0)[-1] == pytest.approx(1000.0 * plan.ladder_fractions[-1])
+
+
+@pytest.mark.parametrize(("rate", "seconds"), [(5.0, 6.0), (60.0, 5.0), (1000.0, 2.5)])
+def test_quick_steps_last_long_enough_for_their_requests(rate: float, seconds: float) -> None:
+    assert QUICK.step_duration(rate) == pytest.approx(seconds)
