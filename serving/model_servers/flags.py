@@ -15,6 +15,10 @@ Differences, on purpose:
   of TF Serving in a CPU-limited container.
 * Defaults that TF Serving derives from the machine's CPUs (``--rest_api_num_threads``, the
   batch threads) use :func:`schedulable_cpus` too.
+* Request limits TF Serving does not have (it reads any REST body and head, however large or
+  slow): ``--rest_api_max_body_bytes``, ``--rest_api_max_header_bytes``,
+  ``--rest_api_body_read_timeout_in_ms``, ``--max_request_elements``; see
+  :class:`~serving.util.request_limits.RequestLimits`. gRPC's message limit stays TF Serving's.
 * Flags for features not built (platform config, GPU memory...) are accepted and
   stored so existing command lines keep working; :func:`unimplemented_flags` names the ones set.
 
@@ -26,15 +30,18 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 import cpu_quota
+from serving.util.request_limits import RequestLimits
 
 __all__ = [
     "FlagError",
     "ServerOptions",
     "grpc_channel_arguments",
     "parse_flags",
+    "request_limits",
     "rest_api_num_threads",
     "saved_model_tags",
     "schedulable_cpus",
@@ -61,82 +68,198 @@ def _default_num_threads() -> int:
     return 4 * schedulable_cpus()
 
 
+def _flag(default: Any, help: str) -> Any:  # noqa: A002 - argparse's word
+    """A :class:`ServerOptions` field: its default and its ``--help`` text (the one description)."""
+    return field(default=default, metadata={"help": help})
+
+
+#: The request limits' defaults (flags of ours: TF Serving has none of these). The body limit
+#: bounds what one request can cost the event loop that parses it: a 200 MB body took 4.7 s to
+#: parse and left the process 76 MB larger; 16 MiB is ~110,000 rows of the fraud model's 11
+#: features as JSON. The head limit is 4x what most HTTP servers allow (nginx 8 KiB per line,
+#: Node 16 KiB), far above any real client's headers. The element cap is 64 MiB of float32.
+DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
+DEFAULT_MAX_HEADER_BYTES = 64 * 1024
+DEFAULT_BODY_READ_TIMEOUT_MS = 30_000
+DEFAULT_MAX_REQUEST_ELEMENTS = 16 * 1024 * 1024
+
+
 @dataclass(frozen=True)
 class ServerOptions:
-    """Every flag of the model server, with TF Serving's defaults."""
+    """Every flag of the model server, with TF Serving's defaults; each field's ``help`` is its
+    ``--help`` text, in TF Serving's words (``main.cc``) where the flag is TF Serving's."""
 
-    port: int = 8500
-    """gRPC port (PredictionService, ModelService); 0 disables the TCP listener."""
-    grpc_host: str = "0.0.0.0"
-    """gRPC bind address (extra flag; TF Serving always binds 0.0.0.0)."""
-    grpc_socket_path: str = ""
-    """Also serve gRPC on this UNIX socket (``unix:<path>``)."""
-    grpc_channel_arguments: str = ""
-    """gRPC server arguments ``key=value,...`` (integers passed as ints), applied after the
-    defaults, e.g. ``grpc.max_receive_message_length=67108864`` to lower the INT_MAX limit."""
-    grpc_max_threads: int = 0
-    """Most RPCs handled at once; more get ``RESOURCE_EXHAUSTED`` as gRPC's thread quota gives
-    (0 = no cap; TF Serving's default is 4 x schedulable CPUs, threads that also run sessions)."""
-    grpc_response_tensor_content: bool = False
-    """Write numeric Predict outputs to ``tensor_content`` (TF Serving's ``kAsProtoContent``)
-    instead of the typed ``*_val`` fields (``kAsProtoField``, TF Serving's default); extra flag."""
-    rest_api_port: int = 8501
-    """HTTP/REST port; 0 disables the REST API."""
-    rest_api_host: str = "0.0.0.0"
-    """HTTP/REST bind address (extra flag; TF Serving always binds 0.0.0.0)."""
-    rest_api_num_threads: int = 0
-    """Threads running TensorFlow sessions for REST requests (0 -> 4 x schedulable CPUs)."""
-    rest_api_timeout_in_ms: int = 30000
-    """``Session.run`` timeout per REST request (``RunOptions.timeout_in_ms``); <= 0: none."""
-    rest_api_enable_cors_support: bool = False
-    """Add CORS headers to REST responses and answer pre-flight ``OPTIONS`` requests."""
-    model_config_file: str = ""
-    """A text-format ``ModelServerConfig``; when set, model_name/base_path are ignored."""
-    model_config_file_poll_wait_seconds: int = 0
-    """Re-read ``--model_config_file`` and reload it every N seconds (0: read once, at start)."""
-    model_name: str = "default"
-    """The single model's name when serving from ``--model_base_path``."""
-    model_base_path: str = ""
-    """The single model's base path (absolute), holding numeric version directories."""
-    saved_model_tags: str = "serve"
-    """Comma-separated MetaGraph tags to load from each SavedModel."""
-    tensorflow_session_parallelism: int = 0
-    """Default for both thread-pool sizes below (0 = TensorFlow's own choice)."""
-    tensorflow_intra_op_parallelism: int = 0
-    """Threads inside one op (``ConfigProto.intra_op_parallelism_threads``); 0 = default."""
-    tensorflow_inter_op_parallelism: int = 0
-    """Ops run concurrently (``ConfigProto.inter_op_parallelism_threads``); 0 = default."""
-    allow_version_labels_for_unavailable_models: bool = False
-    """Let version labels point at versions that are not AVAILABLE."""
-    enable_signature_method_name_check: bool = False
-    """Reject predict calls on signatures whose method_name is not predict/classify/regress."""
-    enable_batching: bool = False
-    """Merge concurrent requests into batches (:mod:`serving.batching.batching_session`)."""
-    batching_parameters_file: str = ""
-    """``BatchingParameters`` text proto for ``--enable_batching`` (default: TF Serving's)."""
-    enable_model_warmup: bool = True
-    """Replay ``assets.extra/tf_serving_warmup_requests`` before a version becomes AVAILABLE."""
-    num_request_iterations_for_warmup: int = 0
-    """Times each warmup record is replayed (used when > 0; otherwise once)."""
-    file_system_poll_wait_seconds: int = 1
-    """Seconds between polls of each base path for version directories (0: poll once)."""
-    max_num_load_retries: int = 5
-    """Retries of a failed version load before it is END with the error (0: one attempt)."""
-    load_retry_interval_micros: int = 60_000_000
-    """Wait between load retries, in microseconds (negative: no wait)."""
-    num_load_threads: int = 0
-    """Threads loading versions concurrently (0 or 1: one at a time)."""
-    monitoring_config_file: str = ""
-    """``MonitoringConfig`` text proto: serve Prometheus metrics on the REST port
-    (:mod:`serving.util.metrics`)."""
-    platform_config_file: str = ""
-    """PlatformConfigMap text proto (accepted; only the ``tensorflow`` platform exists)."""
-    per_process_gpu_memory_fraction: float = 0.0
-    """GPU memory fraction (accepted; CPU only)."""
-    ssl_config_file: str = ""
-    """``SSLConfig`` text proto: serve gRPC over TLS (see :mod:`serving.model_servers.prediction_service_impl`)."""
-    version: bool = False
-    """Print the version and exit."""
+    port: int = _flag(
+        8500, "TCP port to listen on for gRPC/HTTP API. Disabled if port set to zero."
+    )
+    grpc_host: str = _flag(
+        "0.0.0.0", "(ours) Address to bind the gRPC port to; TF Serving always binds 0.0.0.0."
+    )
+    grpc_socket_path: str = _flag(
+        "",
+        "If non-empty, listen to a UNIX socket for gRPC API on the given path. Can be either "
+        "relative or absolute path.",
+    )
+    grpc_channel_arguments: str = _flag(
+        "",
+        "A comma separated list of arguments to be passed to the grpc server. (e.g. "
+        "grpc.max_connection_age_ms=2000) Integers are passed as ints, after the defaults; "
+        "messages are accepted up to 2 GiB both ways (TF Serving's INT_MAX), lower it with "
+        "grpc.max_receive_message_length=N.",
+    )
+    grpc_max_threads: int = _flag(
+        0,
+        "Max grpc server threads to handle grpc messages. Here: most RPCs handled at once, "
+        "more get RESOURCE_EXHAUSTED (0 = no cap).",
+    )
+    grpc_response_tensor_content: bool = _flag(
+        False,
+        "(ours) Write numeric Predict outputs to tensor_content instead of the typed *_val "
+        "fields (TF Serving's default), cheaper for large outputs.",
+    )
+    rest_api_port: int = _flag(
+        8501,
+        "Port to listen on for HTTP/REST API. If set to zero HTTP/REST API will not be "
+        "exported. This port must be different than the one specified in --port.",
+    )
+    rest_api_host: str = _flag(
+        "0.0.0.0", "(ours) Address to bind the HTTP/REST port to; TF Serving always binds 0.0.0.0."
+    )
+    rest_api_num_threads: int = _flag(
+        0,
+        "Number of threads for HTTP/REST API processing. If not set, will be auto set based "
+        "on number of CPUs.",
+    )
+    rest_api_timeout_in_ms: int = _flag(
+        30000, "Timeout for HTTP/REST API calls. (Bounds each Session run; <= 0: none.)"
+    )
+    rest_api_enable_cors_support: bool = _flag(False, "Enable CORS headers in response")
+    rest_api_max_body_bytes: int = _flag(
+        DEFAULT_MAX_BODY_BYTES,
+        "(ours) Largest HTTP/REST request body, in bytes; a larger one is answered 413 "
+        "before it is read past the limit, and its connection closed. 0: no limit.",
+    )
+    rest_api_max_header_bytes: int = _flag(
+        DEFAULT_MAX_HEADER_BYTES,
+        "(ours) Largest HTTP/REST request head (request line and headers), in bytes; a "
+        "larger one is answered 431 before it is parsed past the limit, and its connection "
+        "closed.",
+    )
+    rest_api_body_read_timeout_in_ms: int = _flag(
+        DEFAULT_BODY_READ_TIMEOUT_MS,
+        "(ours) Time a client has to send a request's head, and then its body, over "
+        "HTTP/REST; past it the request is answered 408 and its connection closed. 0: none.",
+    )
+    max_request_elements: int = _flag(
+        DEFAULT_MAX_REQUEST_ELEMENTS,
+        "(ours) Most values a request may carry, over REST and gRPC: the elements of all "
+        "its input tensors (Predict) or its tf.Examples (Classify, Regress, MultiInference); "
+        "more is refused (REST 413, gRPC RESOURCE_EXHAUSTED) before the tensors are "
+        "allocated. 0: no limit.",
+    )
+    model_config_file: str = _flag(
+        "",
+        "If non-empty, read an ascii ModelServerConfig protobuf from the supplied file name, "
+        "and serve the models in that file. This config file can be used to specify multiple "
+        "models to serve and other advanced parameters including non-default version policy. "
+        "(If used, --model_name, --model_base_path are ignored.)",
+    )
+    model_config_file_poll_wait_seconds: int = _flag(
+        0,
+        "Interval in seconds between each poll of the filesystem for model_config_file. If "
+        "unset or set to zero, poll will be done exactly once and not periodically.",
+    )
+    model_name: str = _flag(
+        "default", "name of model (ignored if --model_config_file flag is set)"
+    )
+    model_base_path: str = _flag(
+        "", "path to export (ignored if --model_config_file flag is set, otherwise required)"
+    )
+    saved_model_tags: str = _flag(
+        "serve",
+        "Comma-separated set of tags corresponding to the meta graph def to load from "
+        "SavedModel.",
+    )
+    tensorflow_session_parallelism: int = _flag(
+        0,
+        "Number of threads to use for running a Tensorflow session. Auto-configured by "
+        "default (here: from the CPUs the container may use).",
+    )
+    tensorflow_intra_op_parallelism: int = _flag(
+        0,
+        "Number of threads to use to parallelize the execution of an individual op. "
+        "Auto-configured by default.",
+    )
+    tensorflow_inter_op_parallelism: int = _flag(
+        0,
+        "Controls the number of operators that can be executed simultaneously. "
+        "Auto-configured by default.",
+    )
+    allow_version_labels_for_unavailable_models: bool = _flag(
+        False,
+        "If true, allows assigning unused version labels to models that are not available "
+        "yet.",
+    )
+    enable_signature_method_name_check: bool = _flag(
+        False,
+        "Enable method_name check for SignatureDef. Disable this if serving native TF2 "
+        "regression/classification models.",
+    )
+    enable_batching: bool = _flag(False, "enable batching")
+    batching_parameters_file: str = _flag(
+        "",
+        "If non-empty, read an ascii BatchingParameters protobuf from the supplied file name "
+        "and use the contained values instead of the defaults.",
+    )
+    enable_model_warmup: bool = _flag(
+        True,
+        "Enables model warmup, which triggers lazy initializations (such as TF optimizations) "
+        "at load time, to reduce first request latency.",
+    )
+    num_request_iterations_for_warmup: int = _flag(
+        0,
+        "Number of times a request is iterated during warmup replay. This value is used only "
+        "if > 0.",
+    )
+    file_system_poll_wait_seconds: int = _flag(
+        1,
+        "Interval in seconds between each poll of the filesystem for new model version. If "
+        "set to zero poll will be exactly done once and not periodically.",
+    )
+    max_num_load_retries: int = _flag(
+        5,
+        "maximum number of times it retries loading a model after the first failure, before "
+        "giving up. If set to 0, a load is attempted only once. Default: 5",
+    )
+    load_retry_interval_micros: int = _flag(
+        60_000_000,
+        "The interval, in microseconds, between each servable load retry. If set negative, "
+        "it doesn't wait. Default: 1 minute",
+    )
+    num_load_threads: int = _flag(
+        0,
+        "The number of threads in the thread-pool used to load servables. If set as 0, we "
+        "don't use a thread-pool, and servable loads are performed serially.",
+    )
+    monitoring_config_file: str = _flag(
+        "",
+        "If non-empty, read an ascii MonitoringConfig protobuf from the supplied file name",
+    )
+    platform_config_file: str = _flag(
+        "",
+        "If non-empty, read an ascii PlatformConfigMap protobuf from the supplied file name. "
+        "(Accepted; only the tensorflow platform exists here.)",
+    )
+    per_process_gpu_memory_fraction: float = _flag(
+        0.0,
+        "Fraction that each process occupies of the GPU memory space. (Accepted; CPU only.)",
+    )
+    ssl_config_file: str = _flag(
+        "",
+        "If non-empty, read an ascii SSLConfig protobuf from the supplied file name and set "
+        "up a secure gRPC channel",
+    )
+    version: bool = _flag(False, "Display version")
 
 
 # Flags whose non-default values change nothing yet (warned about at start-up).
@@ -167,15 +290,24 @@ def _build_parser() -> _Parser:
         allow_abbrev=False,
     )
     defaults = ServerOptions()
-    for field in fields(ServerOptions):
-        default = getattr(defaults, field.name)
-        flag = f"--{field.name}"
+    for option in fields(ServerOptions):
+        default = getattr(defaults, option.name)
+        flag = f"--{option.name}"
+        text = f"{option.metadata['help']} (default: {default!r})"
         if isinstance(default, bool):
             parser.add_argument(
-                flag, type=_parse_bool, nargs="?", const=True, default=default, metavar="BOOL"
+                flag,
+                type=_parse_bool,
+                nargs="?",
+                const=True,
+                default=default,
+                metavar="BOOL",
+                help=text.replace("%", "%%"),
             )
         else:
-            parser.add_argument(flag, type=type(default), default=default)
+            parser.add_argument(
+                flag, type=type(default), default=default, help=text.replace("%", "%%")
+            )
     return parser
 
 
@@ -203,6 +335,16 @@ def parse_flags(argv: Sequence[str]) -> ServerOptions:
             "--rest_api_port cannot be same as --port. "
             "Please use a different port for HTTP/REST API."
         )
+    for name in (
+        "rest_api_max_body_bytes",
+        "rest_api_max_header_bytes",
+        "rest_api_body_read_timeout_in_ms",
+        "max_request_elements",
+    ):
+        if getattr(options, name) < 0:
+            raise FlagError(f"--{name} must be >= 0")
+    if options.rest_api_max_header_bytes < 1024:
+        raise FlagError("--rest_api_max_header_bytes must be at least 1024")
     if options.rest_api_num_threads < 0:
         raise FlagError("--rest_api_num_threads must be >= 0")
     for name in (
@@ -219,6 +361,16 @@ def parse_flags(argv: Sequence[str]) -> ServerOptions:
     if not [tag for tag in options.saved_model_tags.split(",") if tag]:
         raise FlagError("--saved_model_tags must name at least one tag")
     return options
+
+
+def request_limits(options: ServerOptions) -> RequestLimits:
+    """The request limits the flags set (0 in a flag: that limit is off)."""
+    return RequestLimits(
+        max_body_bytes=options.rest_api_max_body_bytes or None,
+        max_header_bytes=options.rest_api_max_header_bytes,
+        read_timeout_s=(options.rest_api_body_read_timeout_in_ms / 1000) or None,
+        max_elements=options.max_request_elements or None,
+    )
 
 
 def rest_api_num_threads(options: ServerOptions) -> int:

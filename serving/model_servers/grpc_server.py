@@ -2,7 +2,8 @@
 
 Registered from the official generated stubs (``tensorflow_serving.apis.*_pb2_grpc``), so method
 paths and messages are TF Serving's own (``/tensorflow.serving.PredictionService/Predict`` ...),
-each servicer wrapped once in :class:`~serving.model_servers.grpc_status_util.StatusTranslated`.
+each servicer's methods wrapped once by :func:`~serving.model_servers.grpc_status_util.translated_handler`
+(which also answers a request that does not parse as gRPC C++ does, ``INTERNAL``).
 
 Server settings (``model_servers/server.cc``), each a
 :class:`~serving.model_servers.flags.ServerOptions` flag:
@@ -28,23 +29,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import grpc
-from tensorflow_serving.apis import (
-    model_service_pb2,
-    model_service_pb2_grpc,
-    prediction_service_pb2,
-    prediction_service_pb2_grpc,
-)
+from tensorflow_serving.apis import model_service_pb2, prediction_service_pb2
 
 from serving.model_servers import flags
 from serving.model_servers.flags import ServerOptions
-from serving.model_servers.grpc_status_util import StatusTranslated
+from serving.model_servers.grpc_status_util import translated_handler
 from serving.model_servers.model_service_impl import ModelService
 from serving.model_servers.prediction_service_impl import PredictionService
 from serving.protos.tensorflow_serving.config.ssl_config_pb2 import SSLConfig
-from serving.util.errors import Code, ServingError
+from serving.util.errors import Code, LimitExceeded, ServingError
 from serving.util.proto_util import read_text_proto_file
 
 __all__ = ["GrpcServer", "server_arguments", "server_credentials"]
@@ -100,23 +97,26 @@ class GrpcServer:
         options: ServerOptions,
         prediction_service: PredictionService,
         model_service: ModelService,
+        on_limit: Callable[[LimitExceeded], None] | None = None,
     ) -> None:
+        """``on_limit`` is told of every request refused for a limit (to count it)."""
         self._server = grpc.aio.server(
             options=server_arguments(options),
             maximum_concurrent_rpcs=options.grpc_max_threads or None,
         )
-        prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
-            StatusTranslated(
-                prediction_service,
-                prediction_service_pb2.DESCRIPTOR.services_by_name["PredictionService"],
-            ),
-            self._server,
-        )
-        model_service_pb2_grpc.add_ModelServiceServicer_to_server(
-            StatusTranslated(
-                model_service, model_service_pb2.DESCRIPTOR.services_by_name["ModelService"]
-            ),
-            self._server,
+        self._server.add_generic_rpc_handlers(
+            (
+                translated_handler(
+                    prediction_service,
+                    prediction_service_pb2.DESCRIPTOR.services_by_name["PredictionService"],
+                    on_limit,
+                ),
+                translated_handler(
+                    model_service,
+                    model_service_pb2.DESCRIPTOR.services_by_name["ModelService"],
+                    on_limit,
+                ),
+            )
         )
         self._credentials = server_credentials(options.ssl_config_file)
         self.addresses: list[str] = []

@@ -1,10 +1,18 @@
 """gRPC errors, translated once: TF Serving's ``grpc_status_util.cc`` (``ToGRPCStatus``).
 
-:class:`StatusTranslated` wraps every method of a servicer: a
+:func:`translated_handler` registers a servicer's methods with each one wrapped: a
 :class:`~serving.util.errors.ServingError` becomes the gRPC status of the same canonical code
 (``NOT_FOUND Servable not found for request: Latest(foo)``, ``INVALID_ARGUMENT ...``), messages
 over 1024 characters cut with ``...TRUNCATED``; any other exception is logged and answered through
 :func:`serving.util.errors.from_exception`.
+
+A request whose bytes do not parse as the method's message is ``INTERNAL``, as gRPC C++ answers it
+for TF Serving (``GenericDeserialize`` in ``grpcpp/impl/proto_utils.h``: ``Status(INTERNAL,
+msg->InitializationErrorString())``, which the unary handler sends instead of calling the method).
+grpc.aio would answer ``UNKNOWN Unexpected <class 'google.protobuf.message.DecodeError'>: ...``:
+the request deserializer here never raises, and the wrapper answers. The message differs on
+purpose: gRPC C++'s is empty for TF Serving's proto3 messages (no required field is ever missing);
+ours says what failed.
 """
 
 from __future__ import annotations
@@ -14,40 +22,75 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
+from google.protobuf import message_factory
+from google.protobuf.message import DecodeError
 
-from serving.util.errors import ServingError, from_exception
+from serving.util.errors import LimitExceeded, ServingError, from_exception
 
-__all__ = ["StatusTranslated"]
+__all__ = ["translated_handler"]
 
 _log = logging.getLogger(__name__)
 
 _ERROR_MESSAGE_LIMIT = 1024  # ToGRPCStatus' kErrorMessageLimit
 
+Behavior = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
 
-class StatusTranslated:
-    """``servicer`` with each of ``service``'s methods wrapped once by the front end's one error
-    translation (``ToGRPCStatus``), so an exception a method raises ends the call with the
-    matching status instead of gRPC's generic ``UNKNOWN``.
 
-    Wrapping the methods before registration, rather than with a ``grpc.aio.ServerInterceptor``,
+class _Unparsable:
+    """What the request deserializer returns for bytes that are not the method's message."""
+
+    __slots__ = ("message",)
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+
+def translated_handler(
+    servicer: Any,
+    service: Any,
+    on_limit: Callable[[LimitExceeded], None] | None = None,
+) -> grpc.GenericRpcHandler:
+    """The handler of ``service``'s (unary) methods, each calling ``servicer``'s method of the
+    same name behind the one error translation (``ToGRPCStatus``), so that nothing a method
+    raises, and no request that does not parse, ends as gRPC's generic ``UNKNOWN``.
+
+    Wrapping the methods at registration, rather than with a ``grpc.aio.ServerInterceptor``,
     keeps grpc.aio on its handler fast path: an interceptor is awaited on every call.
 
     Args:
-        servicer: the object the generated ``add_<Service>Servicer_to_server`` reads methods from.
+        servicer: the object with one ``async`` method per RPC (the generated servicer's names).
         service: the service's descriptor (``<module>_pb2.DESCRIPTOR.services_by_name[...]``).
+        on_limit: told of every request refused for one of the server's limits (to count it).
     """
+    handlers = {}
+    for method in service.methods:
+        request_class = message_factory.GetMessageClass(method.input_type)
+        response_class = message_factory.GetMessageClass(method.output_type)
+        path = f"/{service.full_name}/{method.name}"
+        handlers[method.name] = grpc.unary_unary_rpc_method_handler(
+            _translating_errors(getattr(servicer, method.name), path, on_limit),
+            request_deserializer=_parser(request_class),
+            response_serializer=response_class.SerializeToString,
+        )
+    return grpc.method_handlers_generic_handler(service.full_name, handlers)
 
-    def __init__(self, servicer: Any, service: Any) -> None:
-        for method in service.methods:
-            behavior = getattr(servicer, method.name)
-            path = f"/{service.full_name}/{method.name}"
-            setattr(self, method.name, _translating_errors(behavior, path))
+
+def _parser(request_class: Any) -> Callable[[bytes], Any]:
+    def parse(data: bytes) -> Any:
+        try:
+            return request_class.FromString(data)
+        except DecodeError:
+            return _Unparsable(f"Failed to parse request: not a {request_class.DESCRIPTOR.full_name}")
+
+    return parse
 
 
 def _translating_errors(
-    behavior: Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]], method: str
-) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]:
+    behavior: Behavior, method: str, on_limit: Callable[[LimitExceeded], None] | None
+) -> Behavior:
     async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        if type(request) is _Unparsable:
+            await context.abort(grpc.StatusCode.INTERNAL, request.message)
         try:
             return await behavior(request, context)
         except grpc.aio.AbortError:  # already a status (context.abort)
@@ -57,6 +100,8 @@ def _translating_errors(
         except Exception as exc:  # noqa: BLE001 - any failure must become a status, not a crash
             _log.exception("%s failed", method)
             error = from_exception(exc)
+        if isinstance(error, LimitExceeded) and on_limit is not None:
+            on_limit(error)
         await context.abort(grpc.StatusCode[error.code.name], _status_message(error.message))
 
     return call
@@ -66,3 +111,4 @@ def _status_message(message: str) -> str:
     if len(message) > _ERROR_MESSAGE_LIMIT:
         return message[:_ERROR_MESSAGE_LIMIT] + "...TRUNCATED"
     return message
+

@@ -33,6 +33,7 @@ from typing import NamedTuple
 from urllib.parse import unquote
 
 import numpy as np
+import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -44,8 +45,9 @@ from serving.servables.tensorflow.inference_runner import InferenceService
 from serving.servables.tensorflow.predict_impl import PredictService
 from serving.util import json_example, json_tensor
 from serving.util.errors import Code, ServingError
+from serving.util.request_limits import RequestLimits
 
-__all__ = ["CORS_HEADERS", "HttpRestApiHandler", "json_response"]
+__all__ = ["CORS_HEADERS", "HttpRestApiHandler", "error_json", "json_response"]
 
 # kHTTPRestApiHandlerPathRegex, kPredictionApiGegex, kModelStatusApiRegex (RE2 FullMatch).
 _REST_API_PATH = re.compile(r"/v1/.*", re.IGNORECASE | re.DOTALL)
@@ -71,6 +73,15 @@ def json_response(body: bytes, status: int, headers: Mapping[str, str]) -> Respo
     return Response(body, status_code=status, media_type=_JSON, headers=dict(headers))
 
 
+def error_json(message: str) -> bytes:
+    """TF Serving's error body, ``{"error": "<message>"}`` (``MakeJsonFromStatus``); messages may
+    carry undecodable request bytes (lone surrogates), written as U+FFFD."""
+    try:
+        return orjson.dumps({"error": message})
+    except orjson.JSONEncodeError:
+        return orjson.dumps({"error": message.encode("utf-8", "replace").decode("utf-8")})
+
+
 class HttpRestApiHandler:
     """``HttpRestApiHandler::ProcessRequest``: path -> core call -> JSON."""
 
@@ -81,7 +92,11 @@ class HttpRestApiHandler:
         manager: ServableManager,
         timeout_ms: int | None,
         enable_cors: bool,
+        limits: RequestLimits | None = None,
     ) -> None:
+        """``limits`` bound each request's decoded elements (``--max_request_elements``); its
+        body's size and time are held where it is read (:mod:`serving.model_servers.http_limits`)."""
+        self._limits = limits if limits is not None else RequestLimits()
         self._predictor = predictor
         self._inference = inference
         self._manager = manager
@@ -135,7 +150,9 @@ class HttpRestApiHandler:
         def decode(
             input_dtypes: dict[str, str],
         ) -> tuple[json_tensor.JsonFormat, dict[str, np.ndarray]]:
-            return json_tensor.decode_predict_inputs(doc, input_dtypes, signature)
+            fmt, inputs = json_tensor.decode_predict_inputs(doc, input_dtypes, signature)
+            self._limits.check_elements(sum(array.size for array in inputs.values()))
+            return fmt, inputs
 
         fmt, response = await self._predictor.decode_and_predict(
             spec, decode, timeout_ms=self._timeout_ms
@@ -145,22 +162,22 @@ class HttpRestApiHandler:
     async def _classify(self, model: _ModelInfo, body: bytes) -> Response:
         """``ProcessClassifyRequest``: JSON -> tf.Examples, classify, JSON."""
         response = await self._inference.classify(
-            _example_request(model, body), timeout_ms=self._timeout_ms
+            self._example_request(model, body), timeout_ms=self._timeout_ms
         )
         return self._ok(json_example.encode_classification_result(response.result))
 
     async def _regress(self, model: _ModelInfo, body: bytes) -> Response:
         """``ProcessRegressRequest``: JSON -> tf.Examples, regress, JSON."""
         response = await self._inference.regress(
-            _example_request(model, body), timeout_ms=self._timeout_ms
+            self._example_request(model, body), timeout_ms=self._timeout_ms
         )
         return self._ok(json_example.encode_regression_result(response.values))
 
-
-def _example_request(model: _ModelInfo, body: bytes) -> ExampleRequest:
-    """``FillClassificationRequestFromJson`` / ``FillRegressionRequestFromJson``."""
-    signature, examples = json_example.decode_example_request(body)
-    return ExampleRequest(model.spec(signature), examples)
+    def _example_request(self, model: _ModelInfo, body: bytes) -> ExampleRequest:
+        """``FillClassificationRequestFromJson`` / ``FillRegressionRequestFromJson``."""
+        signature, examples = json_example.decode_example_request(body)
+        self._limits.check_elements(len(examples), "tf.Examples")
+        return ExampleRequest(model.spec(signature), examples)
 
 
 class _ModelInfo(NamedTuple):

@@ -5,7 +5,9 @@
 ``RestApiRequestDispatcher``), except ``GET <path>`` of ``--monitoring_config_file``, which answers
 the Prometheus metrics as TF Serving's HTTP server does. Every error is ``{"error": "<message>"}``
 with the HTTP status of :data:`serving.util.errors.HTTP_STATUS` (``ToHTTPStatusCode``), produced by
-one exception handler; an unexpected exception is a 500 with ``Internal error: ...``.
+one exception handler; an unexpected exception is a 500 with ``Internal error: ...``. A request
+over one of the request limits (:mod:`serving.model_servers.http_limits`) is answered with the
+limit's status (413, 431, 408) in the same body, and its connection closed.
 
 :class:`RestServer` runs it: uvicorn on a socket :func:`bind` bound at start-up, without its own
 signal handling (the server owns the signals).
@@ -15,24 +17,32 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import socket
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import orjson
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import ASGIApp
 
 from serving.core.manager import ServableManager
-from serving.model_servers.http_rest_api_handler import CORS_HEADERS, HttpRestApiHandler, json_response
+from serving.model_servers.http_limits import BodyLimits, HeadLimitedProtocol, LimitCallback
+from serving.model_servers.http_rest_api_handler import (
+    CORS_HEADERS,
+    HttpRestApiHandler,
+    error_json,
+    json_response,
+)
 from serving.servables.tensorflow.inference_runner import InferenceService
 from serving.servables.tensorflow.predict_impl import PredictService
 from serving.util import metrics
-from serving.util.errors import Code, ServingError, from_exception
+from serving.util.errors import Code, LimitExceeded, ServingError, from_exception
+from serving.util.request_limits import RequestLimits
 
 __all__ = ["RestServer", "bind", "create_app"]
 
@@ -48,7 +58,9 @@ def create_app(
     timeout_ms: int | None = None,
     enable_cors: bool = False,
     prometheus: tuple[str, Callable[[], bytes]] | None = None,
-) -> Starlette:
+    limits: RequestLimits | None = None,
+    on_limit: LimitCallback | None = None,
+) -> ASGIApp:
     """The REST API over ``predictor`` (predict), ``inference`` (classify, regress) and
     ``manager`` (status, metadata).
 
@@ -56,17 +68,27 @@ def create_app(
     adds TF Serving's CORS headers to every response and answers ``OPTIONS`` pre-flights.
     ``prometheus`` = ``(path, render)`` answers ``GET <path>`` with ``render()``, Prometheus text
     (``--monitoring_config_file``; :mod:`serving.util.metrics`), as TF Serving's HTTP server does.
+    ``limits`` holds request bodies to their size and time limits (:class:`~serving.model_servers.
+    http_limits.BodyLimits`); every request refused for a limit is passed to ``on_limit``.
     """
-    handler = HttpRestApiHandler(predictor, inference, manager, timeout_ms, enable_cors)
+    limits = limits if limits is not None else RequestLimits()
+    report: LimitCallback = on_limit if on_limit is not None else _ignore
+    handler = HttpRestApiHandler(predictor, inference, manager, timeout_ms, enable_cors, limits)
     headers = dict(CORS_HEADERS) if enable_cors else {}
 
     async def on_serving_error(request: Request, exc: Exception) -> Response:
         error = from_exception(exc)
-        return json_response(_error_body(error.message), error.http_status, headers)
+        if isinstance(error, LimitExceeded):
+            # What is left of the request is not read: the connection closes after the answer.
+            report(error)
+            return json_response(
+                error_json(error.message), error.http_status, {**headers, "Connection": "close"}
+            )
+        return json_response(error_json(error.message), error.http_status, headers)
 
     async def on_unexpected_error(request: Request, exc: Exception) -> Response:
         # Starlette re-raises after this response is sent, so the server logs the traceback.
-        return json_response(_error_body(f"Internal error: {exc}"), 500, headers)
+        return json_response(error_json(f"Internal error: {exc}"), 500, headers)
 
     routes = [Route("/{path:path}", handler.handle, methods=_ALL_METHODS)]
     if prometheus is not None:
@@ -76,18 +98,15 @@ def create_app(
             return Response(render(), media_type=metrics.CONTENT_TYPE, headers=dict(headers))
 
         routes.insert(0, Route(path, metrics_page, methods=["GET"]))
-    return Starlette(
+    app = Starlette(
         routes=routes,
         exception_handlers={ServingError: on_serving_error, Exception: on_unexpected_error},
     )
+    return BodyLimits(app, limits, report, headers)
 
 
-def _error_body(message: str) -> bytes:
-    """``{"error": "<message>"}``; messages may carry undecodable request bytes."""
-    try:
-        return orjson.dumps({"error": message})
-    except orjson.JSONEncodeError:
-        return orjson.dumps({"error": message.encode("utf-8", "replace").decode("utf-8")})
+def _ignore(error: LimitExceeded) -> None:
+    """The default ``on_limit``: nothing counts refusals."""
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -122,9 +141,23 @@ class _QuietSignalsServer(uvicorn.Server):
 class RestServer:
     """The REST front end: uvicorn serving the Starlette app on a pre-bound socket."""
 
-    def __init__(self, app: Any, sock: socket.socket) -> None:
+    def __init__(
+        self,
+        app: Any,
+        sock: socket.socket,
+        limits: RequestLimits | None = None,
+        on_limit: LimitCallback | None = None,
+    ) -> None:
+        """``limits`` bound each request head (:class:`~serving.model_servers.http_limits.
+        HeadLimitedProtocol`; the app holds the bodies); refusals are passed to ``on_limit``."""
+        protocol = functools.partial(
+            HeadLimitedProtocol,
+            limits=limits if limits is not None else RequestLimits(),
+            on_limit=on_limit if on_limit is not None else _ignore,
+        )
         config = uvicorn.Config(
             app,
+            http=protocol,  # type: ignore[arg-type]  # a protocol factory, as uvicorn calls it
             log_config=None,
             access_log=False,
             server_header=False,

@@ -36,6 +36,7 @@ from serving.servables.tensorflow import get_model_metadata_impl as metadata
 from serving.servables.tensorflow.inference_runner import InferenceService
 from serving.servables.tensorflow.predict_impl import PredictService
 from serving.util import proto_codec
+from serving.util.request_limits import RequestLimits
 
 __all__ = ["PredictionService", "session_timeout_ms"]
 
@@ -61,7 +62,10 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
         manager: ServableManager,
         *,
         response_tensor_content: bool = False,
+        limits: RequestLimits | None = None,
     ) -> None:
+        """``limits`` bound each request's elements (``--max_request_elements``)."""
+        self._limits = limits
         self._predictor = predictor
         self._inference = inference
         self._manager = manager
@@ -72,7 +76,7 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
     ) -> predict_pb2.PredictResponse:
         """``Predict``: tensors in, tensors out (see :meth:`Predictor.predict
         <serving.servables.tensorflow.predict_impl.Predictor.predict>`)."""
-        core_request = proto_codec.predict_request_from_proto(request)
+        core_request = proto_codec.predict_request_from_proto(request, self._limits)
         response = await self._predictor.predict(
             core_request, timeout_ms=session_timeout_ms(context)
         )
@@ -82,7 +86,7 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
         self, request: classification_pb2.ClassificationRequest, context: grpc.aio.ServicerContext
     ) -> classification_pb2.ClassificationResponse:
         """``Classify``: tf.Examples in, (label, score) lists out."""
-        core_request = proto_codec.example_request_from_proto(request)
+        core_request = proto_codec.example_request_from_proto(request, self._limits)
         response = await self._inference.classify(
             core_request, timeout_ms=session_timeout_ms(context)
         )
@@ -92,7 +96,7 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
         self, request: regression_pb2.RegressionRequest, context: grpc.aio.ServicerContext
     ) -> regression_pb2.RegressionResponse:
         """``Regress``: tf.Examples in, one value each out."""
-        core_request = proto_codec.example_request_from_proto(request)
+        core_request = proto_codec.example_request_from_proto(request, self._limits)
         response = await self._inference.regress(
             core_request, timeout_ms=session_timeout_ms(context)
         )
@@ -102,7 +106,7 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
         self, request: inference_pb2.MultiInferenceRequest, context: grpc.aio.ServicerContext
     ) -> inference_pb2.MultiInferenceResponse:
         """``MultiInference``: several classify/regress signatures, one Session run."""
-        core_request = proto_codec.multi_inference_request_from_proto(request)
+        core_request = proto_codec.multi_inference_request_from_proto(request, self._limits)
         response = await self._inference.multi_inference(
             core_request, timeout_ms=session_timeout_ms(context)
         )

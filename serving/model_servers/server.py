@@ -60,6 +60,7 @@ from serving.servables.tensorflow.monitored import (
 from serving.servables.tensorflow.predict_impl import Predictor
 from serving.servables.tensorflow.servable import Servable
 from serving.servables.tensorflow.serving_session import DirectSession, Session
+from serving.util.errors import LimitExceeded
 from serving.util.executor import BlockingExecutor
 from serving.util.metrics import ServingMetrics
 
@@ -187,6 +188,7 @@ def build(options: ServerOptions, config: ModelServerConfig) -> ModelServer:
         method_name_check=options.enable_signature_method_name_check,
     )
 
+    limits = flags.request_limits(options)
     front_ends: list[FrontEnd] = []
     if options.rest_api_port:
         if metrics_path is not None:
@@ -198,19 +200,32 @@ def build(options: ServerOptions, config: ModelServerConfig) -> ModelServer:
             timeout_ms=options.rest_api_timeout_in_ms,
             enable_cors=options.rest_api_enable_cors_support,
             prometheus=(metrics_path, metrics.render) if metrics_path is not None else None,
+            limits=limits,
+            on_limit=functools.partial(_count_limit, metrics, "REST"),
         )
-        front_ends.append(RestServer(app, bind(options.rest_api_host, options.rest_api_port)))
+        sock = bind(options.rest_api_host, options.rest_api_port)
+        front_ends.append(
+            RestServer(app, sock, limits, functools.partial(_count_limit, metrics, "REST"))
+        )
     if options.port or options.grpc_socket_path:
         prediction_service = PredictionService(
             MonitoredPredictor(predictor, metrics, entrypoint="GRPC"),
             MonitoredInference(inference, metrics, entrypoint="GRPC"),
             manager,
             response_tensor_content=options.grpc_response_tensor_content,
+            limits=limits,
         )
         model_service = ModelService(
             manager, functools.partial(load_executor.run, manager.reload_config)
         )
-        front_ends.append(GrpcServer(options, prediction_service, model_service))
+        front_ends.append(
+            GrpcServer(
+                options,
+                prediction_service,
+                model_service,
+                on_limit=functools.partial(_count_limit, metrics, "GRPC"),
+            )
+        )
     if metrics_path is not None and not options.rest_api_port:
         _log.warning("--monitoring_config_file: metrics are served on the REST port, which is off")
     if not front_ends:
@@ -266,6 +281,11 @@ def _batching_session(
 def _monitored_session(session: Session, metrics: ServingMetrics, api: str) -> Session:
     """``session`` recording what TF Serving records per Session run of core API ``api``."""
     return MonitoredSession(session, metrics, api=api)
+
+
+def _count_limit(metrics: ServingMetrics, entrypoint: str, error: LimitExceeded) -> None:
+    """A request refused for a limit: ``request_limit_exceeded_count{entrypoint, reason}``."""
+    metrics.record_limit_exceeded(entrypoint, error.reason)
 
 
 def _freeze_heap(loading: asyncio.Future[Any]) -> None:

@@ -19,7 +19,7 @@ import enum
 from collections.abc import Mapping
 from types import MappingProxyType
 
-__all__ = ["HTTP_STATUS", "Code", "ServingError", "from_exception"]
+__all__ = ["HTTP_STATUS", "Code", "LimitExceeded", "ServingError", "from_exception"]
 
 
 class Code(enum.IntEnum):
@@ -91,6 +91,30 @@ class ServingError(Exception):
 
     def __repr__(self) -> str:
         return f"ServingError({self.code.name}, {self.message!r})"
+
+
+class LimitExceeded(ServingError):
+    """A request over one of the server's limits (``--rest_api_max_body_bytes``,
+    ``--max_request_elements``, ...): refused before it costs more, and counted by ``reason``.
+
+    ``code`` is the gRPC status (``RESOURCE_EXHAUSTED``, as gRPC answers a message over its size
+    limit; ``DEADLINE_EXCEEDED`` for a body that arrives too slowly); ``http_status`` is the
+    REST answer, the status HTTP has for the case (413, 431, 408) rather than the code's row of
+    :data:`HTTP_STATUS` (429 is for clients sending too often, not too much).
+    ``reason`` is the ``reason`` label of ``:tensorflow:serving:request_limit_exceeded_count``
+    (:mod:`serving.util.metrics`): ``body_bytes``, ``header_bytes``, ``read_timeout``,
+    ``elements``.
+    """
+
+    def __init__(self, code: Code, message: str, *, reason: str, http_status: int) -> None:
+        super().__init__(code, message)
+        self.reason = reason
+        self._http_status = http_status
+
+    @property
+    def http_status(self) -> int:
+        """The REST status for this limit (413, 431, 408)."""
+        return self._http_status
 
 
 def from_exception(exc: BaseException) -> ServingError:

@@ -40,6 +40,10 @@ model_path, status)                                                (``OK``) or t
 model_path, status ``success``/``fail``)                           as TensorFlow's loader does
 ``:tensorflow:cc:saved_model:load_latency`` (counter, µs;          each successful load
 model_path)
+``:tensorflow:serving:request_limit_exceeded_count`` (counter;     each request refused for a
+entrypoint, reason) -- ours                                        limit of the server's flags
+                                                                   (:class:`~serving.util.errors.
+                                                                   LimitExceeded`)
 =================================================================  ================================
 
 Labels take TF Serving's values: ``API`` of ``request_latency`` is the REST verb (``predict``,
@@ -221,6 +225,12 @@ class ServingMetrics:
             "Latency in microseconds for SavedModels that were successfully loaded.",
             ["model_path"],
         )
+        # Ours: TF Serving has no request limits of its own to count (see LimitExceeded).
+        self._limit_exceeded = self._counter(
+            ":tensorflow:serving:request_limit_exceeded_count",
+            "The number of requests refused for exceeding one of the server's limits.",
+            ["entrypoint", "reason"],
+        )
         self._request_children: dict[tuple[str, str, str, Code], tuple[Any, Any]] = {}
         self._runtime_children: dict[tuple[str, str], Any] = {}
         self._example_children: dict[str, tuple[Any, Any]] = {}
@@ -326,6 +336,14 @@ class ServingMetrics:
         self._load_attempt_count.labels(model_path, "success" if ok else "fail").inc()
         if ok:
             self._load_latency.labels(model_path).inc(seconds * 1e6)
+
+    def record_limit_exceeded(self, entrypoint: str, reason: str) -> None:
+        """One request refused for a limit: ``request_limit_exceeded_count``.
+
+        ``entrypoint`` is ``REST`` or ``GRPC``; ``reason`` one of
+        :attr:`LimitExceeded.reason <serving.util.errors.LimitExceeded>`'s values.
+        """
+        self._limit_exceeded.labels(entrypoint, reason).inc()
 
     # ---- exposition ------------------------------------------------------------------------
 

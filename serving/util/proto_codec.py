@@ -19,6 +19,7 @@ Tensors go through :mod:`serving.util.tensor_proto`. Examples (``Input``) become
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import numpy as np
@@ -46,6 +47,7 @@ from serving.apis import (
 )
 from serving.util import tensor_proto
 from serving.util.errors import Code, ServingError
+from serving.util.request_limits import RequestLimits
 
 __all__ = [
     "classification_response_to_proto",
@@ -89,12 +91,19 @@ def model_spec_to_proto(spec: ModelSpec, proto: model_pb2.ModelSpec) -> None:
         proto.signature_name = spec.signature_name
 
 
-def inputs_from_proto(inputs: Mapping[str, TensorProto]) -> dict[str, np.ndarray]:
+def inputs_from_proto(
+    inputs: Mapping[str, TensorProto], limits: RequestLimits | None = None
+) -> dict[str, np.ndarray]:
     """A ``PredictRequest``'s ``inputs`` map as numpy arrays, ``{alias: array}``.
 
     Raises ``INVALID_ARGUMENT`` ``tensor parsing error: <alias>`` for a tensor TensorFlow cannot
-    parse (predict_util.cc, ``PreProcessPrediction``).
+    parse (predict_util.cc, ``PreProcessPrediction``), and
+    :func:`~serving.util.request_limits.too_many_elements` when the shapes declare more elements
+    than ``limits`` allow -- checked before anything is allocated, since a typed field's last
+    value fills any shape (``float_val: 1`` with a shape of ``[2**31]`` would take 8 GiB).
     """
+    if limits is not None:
+        limits.check_elements(sum(_declared_elements(tensor) for tensor in inputs.values()))
     arrays: dict[str, np.ndarray] = {}
     for alias, tensor in inputs.items():
         try:
@@ -104,12 +113,20 @@ def inputs_from_proto(inputs: Mapping[str, TensorProto]) -> dict[str, np.ndarray
     return arrays
 
 
-def predict_request_from_proto(proto: predict_pb2.PredictRequest) -> PredictRequest:
-    """``PredictRequest`` -> :class:`~serving.apis.PredictRequest` (numpy inputs)."""
+def _declared_elements(tensor: TensorProto) -> int:
+    """The elements a tensor's shape declares (negative sizes count as 0: refused later)."""
+    return math.prod(max(dim.size, 0) for dim in tensor.tensor_shape.dim)
+
+
+def predict_request_from_proto(
+    proto: predict_pb2.PredictRequest, limits: RequestLimits | None = None
+) -> PredictRequest:
+    """``PredictRequest`` -> :class:`~serving.apis.PredictRequest` (numpy inputs), within
+    ``limits`` (see :func:`inputs_from_proto`)."""
     require_model_spec(proto)
     return PredictRequest(
         model_spec=model_spec_from_proto(proto.model_spec),
-        inputs=inputs_from_proto(proto.inputs),
+        inputs=inputs_from_proto(proto.inputs, limits),
         output_filter=tuple(proto.output_filter),
     )
 
@@ -132,9 +149,15 @@ def predict_response_to_proto(
     return proto
 
 
-def examples_from_input(proto: input_pb2.Input) -> np.ndarray:
-    """``InputToSerializedExampleTensor``: a 1-D ``object`` array of serialized Examples."""
+def examples_from_input(proto: input_pb2.Input, limits: RequestLimits | None = None) -> np.ndarray:
+    """``InputToSerializedExampleTensor``: a 1-D ``object`` array of serialized Examples.
+
+    Raises :func:`~serving.util.request_limits.too_many_elements` for more Examples than
+    ``limits`` allow.
+    """
     kind = proto.WhichOneof("kind")
+    if limits is not None and kind is not None:
+        limits.check_elements(len(getattr(proto, kind).examples), "tf.Examples")
     if kind == "example_list":
         serialized = [example.SerializeToString() for example in proto.example_list.examples]
     elif kind == "example_list_with_context":
@@ -150,10 +173,13 @@ def examples_from_input(proto: input_pb2.Input) -> np.ndarray:
 
 def example_request_from_proto(
     proto: classification_pb2.ClassificationRequest | regression_pb2.RegressionRequest,
+    limits: RequestLimits | None = None,
 ) -> ExampleRequest:
     """``ClassificationRequest`` / ``RegressionRequest`` -> :class:`ExampleRequest`."""
     require_model_spec(proto)
-    return ExampleRequest(model_spec_from_proto(proto.model_spec), examples_from_input(proto.input))
+    return ExampleRequest(
+        model_spec_from_proto(proto.model_spec), examples_from_input(proto.input, limits)
+    )
 
 
 def _fill_classification_result(
@@ -193,14 +219,14 @@ def regression_response_to_proto(
 
 
 def multi_inference_request_from_proto(
-    proto: inference_pb2.MultiInferenceRequest,
+    proto: inference_pb2.MultiInferenceRequest, limits: RequestLimits | None = None
 ) -> MultiInferenceRequest:
     """``MultiInferenceRequest`` -> :class:`MultiInferenceRequest`."""
     tasks = tuple(
         InferenceTask(model_spec_from_proto(task.model_spec), task.method_name)
         for task in proto.tasks
     )
-    return MultiInferenceRequest(tasks, examples_from_input(proto.input))
+    return MultiInferenceRequest(tasks, examples_from_input(proto.input, limits))
 
 
 def multi_inference_response_to_proto(

@@ -1,0 +1,239 @@
+"""The REST request limits, where each can be checked: the connection and the ASGI request.
+
+TF Serving's HTTP server (libevent's ``evhttp``, ``util/net_http/server/internal/evhttp_server``)
+reads any head and any body, as slowly as a client sends them. Ours refuses what is over the
+limits of :class:`~serving.util.request_limits.RequestLimits`, answering TF Serving's error body
+``{"error": "<message>"}`` with the HTTP status of the limit and closing the connection:
+
+* :class:`HeadLimitedProtocol` -- the connection: uvicorn's httptools protocol, counting the bytes
+  of each request head (request line and headers) as they arrive and refusing a head over
+  ``--rest_api_max_header_bytes`` (431) or not complete within
+  ``--rest_api_body_read_timeout_in_ms`` (408). The check is made before the parser is fed more
+  than one read past the limit, because the parser's cost is what a large head attacks: httptools
+  joins the pieces of a header value by ``bytes +=`` once per read, so a 150 MB header costs
+  quadratic time. Measured here before this limit: a 150 MB header kept the REST port's event loop
+  busy for 24 s (small requests on other connections waited up to 4.1 s); with it, the same
+  header is answered 431 after its first reads (see ``tests/serving/test_serving_limits.py``).
+  A head that arrives after a pipelined request in the same read is counted from the next read,
+  so a head is parsed at most ``limit`` + two reads (uvloop reads up to 256 KiB).
+* :class:`BodyLimits` -- the request: ASGI middleware answering 413 at once when
+  ``Content-Length`` is over ``--rest_api_max_body_bytes``, and making ``receive()`` raise
+  :class:`~serving.util.errors.LimitExceeded` (413, 408) when a body without a length grows past
+  the limit or does not arrive in time; the app's one error handler answers those
+  (:mod:`serving.model_servers.http_server`). Bodies are never buffered past the limit.
+
+Each refusal is reported to ``on_limit`` (the server counts it in
+``:tensorflow:serving:request_limit_exceeded_count``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http
+from collections.abc import Callable
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from serving.model_servers.http_rest_api_handler import error_json
+from serving.util.errors import LimitExceeded
+from serving.util.request_limits import RequestLimits, body_too_large, head_too_large, read_timed_out
+
+__all__ = ["BodyLimits", "HeadLimitedProtocol", "LimitCallback"]
+
+_LINGER_S = 1.0  # how long a refused connection's further bytes are read and dropped
+
+LimitCallback = Callable[[LimitExceeded], None]
+"""Told of every request refused for a limit (to count it)."""
+
+
+class HeadLimitedProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with a size and a time limit on every request head.
+
+    uvicorn builds one per connection (``uvicorn.Config(http=functools.partial(
+    HeadLimitedProtocol, limits=..., on_limit=...))``). The time limit runs from the connection's
+    start, or from the first byte of a later request, to the end of the head; idle keep-alive
+    connections are uvicorn's (``timeout_keep_alive``).
+    """
+
+    def __init__(
+        self,
+        config: Any,
+        server_state: Any,
+        app_state: dict[str, Any],
+        _loop: asyncio.AbstractEventLoop | None = None,
+        *,
+        limits: RequestLimits,
+        on_limit: LimitCallback,
+    ) -> None:
+        super().__init__(config, server_state, app_state, _loop)
+        self._max_head_bytes = limits.max_header_bytes
+        self._head_timeout_s = limits.read_timeout_s
+        self._on_limit = on_limit
+        self._in_head = True  # waiting for, or reading, a request head
+        self._head_bytes = 0
+        self._message_began = False  # a new request head began during the current read
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._refused = False
+
+    # ---- asyncio.Protocol -------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm_head_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_head_timer()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
+        read_in_head = self._in_head
+        self._message_began = False
+        super().data_received(data)
+        if not self._in_head or self._refused or self.transport.is_closing():
+            return
+        # Still in a head: all of this read belongs to it, unless the head began inside it (after
+        # a pipelined request); those few bytes are counted with the next read.
+        self._head_bytes = self._head_bytes + len(data) if read_in_head and not self._message_began else 0
+        if self._head_bytes > self._max_head_bytes:
+            self._refuse(head_too_large(self._max_head_bytes))
+        elif self._head_timer is None:
+            self._arm_head_timer()
+
+    # ---- parser callbacks (httptools) ---------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._in_head = True
+        self._message_began = True
+        self._head_bytes = 0
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        self._cancel_head_timer()
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._in_head = True
+        self._head_bytes = 0
+
+    # ---- refusing -----------------------------------------------------------------------------
+
+    def _arm_head_timer(self) -> None:
+        if self._head_timeout_s is not None:
+            self._head_timer = self.loop.call_later(self._head_timeout_s, self._head_timed_out)
+
+    def _cancel_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if self._in_head and not self._refused and self._head_timeout_s is not None:
+            self._refuse(read_timed_out(self._head_timeout_s, "head"))
+
+    def _refuse(self, error: LimitExceeded) -> None:
+        """Answer ``error`` (unless a response is being written on this connection) and close."""
+        self._refused = True
+        self._cancel_head_timer()
+        self._on_limit(error)
+        if self.transport.is_closing():
+            return
+        if self.cycle is None or self.cycle.response_complete:
+            body = error_json(error.message)
+            status = http.HTTPStatus(error.http_status)
+            head = [f"HTTP/1.1 {status.value} {status.phrase}\r\n".encode("ascii")]
+            head += [name + b": " + value + b"\r\n" for name, value in self.server_state.default_headers]
+            head.append(
+                b"content-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n"
+                % len(body)
+            )
+            self.transport.write(b"".join(head) + body)
+        # A lingering close: stop sending, discard what still arrives for a moment, then close.
+        # Closing at once with unread data makes the kernel reset the connection, and a client
+        # still sending its head would lose the answer.
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+            self.loop.call_later(_LINGER_S, self.transport.close)
+        else:
+            self.transport.close()
+
+
+class BodyLimits:
+    """ASGI middleware holding each request body to ``--rest_api_max_body_bytes`` and
+    ``--rest_api_body_read_timeout_in_ms`` (see the module doc). ``headers`` are added to the
+    413 it answers itself (CORS, when on)."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        limits: RequestLimits,
+        on_limit: LimitCallback,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        self._app = app
+        self._max_body_bytes = limits.max_body_bytes
+        self._timeout_s = limits.read_timeout_s
+        self._on_limit = on_limit
+        self._headers = [(b"content-type", b"application/json"), (b"connection", b"close")]
+        self._headers += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or (self._max_body_bytes is None and self._timeout_s is None):
+            await self._app(scope, receive, send)
+            return
+        limit = self._max_body_bytes
+        if limit is not None:
+            length = _content_length(scope)
+            if length is not None and length > limit:
+                await self._refuse(body_too_large(limit, length), send)
+                return
+        await self._app(scope, self._limited(receive), send)
+
+    def _limited(self, receive: Receive) -> Receive:
+        """``receive`` raising :class:`LimitExceeded` past the body's size or time limit."""
+        limit, timeout_s = self._max_body_bytes, self._timeout_s
+        deadline = asyncio.get_running_loop().time() + timeout_s if timeout_s is not None else None
+        received = 0
+        complete = False
+
+        async def limited_receive() -> Message:
+            nonlocal received, complete
+            if complete:  # the body is in: what follows is the disconnect, whenever it comes
+                return await receive()
+            try:
+                async with asyncio.timeout_at(deadline):
+                    message = await receive()
+            except TimeoutError:
+                assert timeout_s is not None
+                raise read_timed_out(timeout_s, "body") from None
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if limit is not None and received > limit:
+                    raise body_too_large(limit)
+                complete = not message.get("more_body", False)
+            return message
+
+        return limited_receive
+
+    async def _refuse(self, error: LimitExceeded, send: Send) -> None:
+        self._on_limit(error)
+        body = error_json(error.message)
+        headers = [*self._headers, (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": error.http_status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+def _content_length(scope: Scope) -> int | None:
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
