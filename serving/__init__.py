@@ -49,6 +49,8 @@ module                                                     follows (``tensorflow
 ``model_servers.config_reloader``                          ``server.cc``'s ``PollFilesystemAndReloadConfig``
 ``model_servers.http_server``                              ``model_servers/http_server``: the app, code ->
                                                            HTTP status, uvicorn
+``model_servers.http_limits``                              ``util/net_http/server`` (evhttp): the REST
+                                                           head and body limits, before parsing
 ``model_servers.http_rest_api_handler``                    ``model_servers/http_rest_api_handler``
 ``model_servers.grpc_server``                              ``server.cc``'s gRPC server on ``grpc.aio``
 ``model_servers.prediction_service_impl``                  ``model_servers/prediction_service_impl``
@@ -58,6 +60,9 @@ module                                                     follows (``tensorflow
 ``util.errors``                                            ``ServingError``, canonical code -> HTTP status table
 ``util.json_tensor``                                       ``util/json_tensor``: JSON <-> tensors (pure)
 ``util.json_example``                                      ``util/json_tensor``'s classify/regress JSON (pure)
+``util.rapidjson``                                         ``json_tensor.cc``'s ``ParseJson`` and
+                                                           ``JsonValueToDebugString`` (rapidjson; pure)
+``util.request_limits``                                    the request limits (ours) and their errors
 ``util.tensor_proto``                                      TensorFlow's ``tensor.cc``: ``TensorProto`` <-> numpy
 ``util.proto_codec``                                       ``apis`` protos <-> :mod:`serving.apis` (gRPC codec)
 ``util.proto_util``                                        ``util/proto_util.h``: ``ParseProtoTextFile``

@@ -19,7 +19,7 @@ values (all values of one feature must agree):
 JSON value                               Feature
 =======================================  ======================================================
 integer (``1``), ``true`` / ``false``    ``int64_list`` (booleans as 1 / 0)
-decimal (``1.0``, ``1e3``)               ``float_list`` (beyond float32's range: rejected)
+decimal (``1.0``, ``1e3``)               ``float_list`` (beyond float32's range: +/-Infinity)
 string, ``{"b64": "..."}``               ``bytes_list`` (UTF-8 / base64-decoded bytes)
 ``[]``                                   a Feature with no kind (parses as missing)
 =======================================  ======================================================
@@ -52,7 +52,6 @@ A label is ``""`` when the signature has no ``classes`` output, a score ``0.0`` 
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -65,7 +64,6 @@ from serving.util.errors import Code, ServingError
 
 # Shared rapidjson emulation of the predict codec (same module family as json_tensor.cc).
 from serving.util.json_tensor import (
-    _FLT_MAX,
     _INT64_MAX,
     _INT64_MIN,
     _NUMPY_OPTS,
@@ -74,7 +72,6 @@ from serving.util.json_tensor import (
     _format_error,
     _is_b64_object,
     _json_type_string,
-    _json_value_to_string,
     _jsonable,
     _utf8,
     parse_json,
@@ -172,27 +169,15 @@ def _feature_value(name: str, item: Any) -> tuple[str, Any]:
         return "bytes_list", decoded
     if kind is int and _INT64_MIN <= item <= _UINT64_MAX:  # rapidjson's integer range
         if item > _INT64_MAX:
-            raise _invalid(f"Feature: {name} has uint64 element. Only int64 is supported.")
+            raise _invalid(f"Feature: {name} has uint64_t element. Only int64_t is supported.")
         return "int64_list", item
-    if kind in (int, float):  # decimals, and integers beyond 64 bits (rapidjson doubles)
-        if not _is_lossless_float(item):
-            raise _invalid(
-                f"Cannot convert JSON value: {_json_value_to_string(item)} to float "
-                "without loss of precision."
-            )
-        return "float_list", float(item)
+    if kind is float:  # decimals, and integers beyond 64 bits (rapidjson doubles)
+        # GetFloat(): rounded to float32, beyond its range +/-Infinity.
+        with np.errstate(over="ignore"):
+            return "float_list", float(np.float32(item))
     raise _invalid(
         f"Feature: {name} has element with unexpected JSON type: {_json_type_string(item)}"
     )
-
-
-def _is_lossless_float(value: float) -> bool:
-    """``IsLosslessDecimal<float>`` for a JSON double: non-finite, or within float32's range."""
-    try:
-        number = float(value)
-    except OverflowError:
-        return False
-    return not math.isfinite(number) or -_FLT_MAX <= number <= _FLT_MAX
 
 
 def encode_classification_result(result: ClassificationResult) -> bytes:

@@ -5,7 +5,8 @@ Follows ``tensorflow_serving/util/json_tensor.{h,cc}`` (``FillPredictRequestFrom
 Serving's, word for word, and every error is a :class:`~serving.util.errors.ServingError` with code
 ``INVALID_ARGUMENT`` (``UNIMPLEMENTED`` for input dtypes JSON cannot express).
 
-Request body (a JSON object; other top-level keys are ignored)::
+Request body (a JSON object; other top-level keys are ignored, however deeply nested; parsing is
+rapidjson's, :mod:`serving.util.rapidjson`)::
 
     {"signature_name": <string, optional, default "serving_default">,
      "instances": [ ... ]  |  "inputs": <value> | {<input name>: <value>, ...}}
@@ -22,9 +23,10 @@ Columnar format, ``"inputs"`` (response key ``"outputs"``)
 
 Values (per the signature's ``TensorInfo.dtype``; shapes come from the nesting of JSON lists)
     ============================  ======================================================
-    ``DT_FLOAT`` / ``DT_DOUBLE``  JSON numbers (``NaN``, ``Infinity``, ``-Infinity`` accepted);
-                                  integers beyond 2**24-1 (float) / 2**53-1 (double) and
-                                  decimals beyond the type's range are rejected as lossy.
+    ``DT_FLOAT`` / ``DT_DOUBLE``  JSON numbers (``NaN``, ``Infinity``, ``-Infinity`` accepted),
+                                  rounded to the type (``GetFloat()``): beyond float32's range
+                                  +/-Infinity, below it 0. TF Serving dropped its lossless
+                                  check in 2021 (``FloatTensorWithPrecisionLoss``).
     ``DT_INT8/16/32``, ``UINT8``  JSON integers in the int32 range (stored with C++ wrap-around).
     ``DT_INT64``                  JSON integers in the int64 range.
     ``DT_UINT32`` / ``DT_UINT64`` JSON integers in the unsigned range.
@@ -57,8 +59,6 @@ import base64
 import binascii
 import enum
 import itertools
-import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -67,6 +67,7 @@ import numpy as np
 import orjson
 
 from serving.apis import MAX_RANK
+from serving.util import rapidjson
 from serving.util.errors import Code, ServingError
 
 __all__ = [
@@ -85,7 +86,6 @@ class JsonFormat(enum.Enum):
     COLUMNAR = "columnar"  # "inputs" in, "outputs" out
 
 
-_FLT_MAX = float(np.finfo(np.float32).max)
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _UINT64_MAX = 2**64 - 1
 _NUMPY_OPTS = orjson.OPT_SERIALIZE_NUMPY
@@ -99,14 +99,12 @@ class _InputType:
     numpy: Any  # numpy dtype of the decoded array (object for strings)
     lo: int = 0  # accepted JSON integer range (rapidjson IsInt/IsInt64/IsUint/IsUint64)
     hi: int = 0
-    max_exact_int: int = 0  # floats: largest integer representable without loss (2**digits - 1)
-    max_value: float = 0.0  # floats: largest finite magnitude
 
 
 _INT32 = (-(2**31), 2**31 - 1)
 _INPUT_TYPES: Mapping[str, _InputType] = {
-    "DT_FLOAT": _InputType("float", np.float32, max_exact_int=2**24 - 1, max_value=_FLT_MAX),
-    "DT_DOUBLE": _InputType("float", np.float64, max_exact_int=2**53 - 1, max_value=math.inf),
+    "DT_FLOAT": _InputType("float", np.float32),
+    "DT_DOUBLE": _InputType("float", np.float64),
     "DT_INT32": _InputType("int", np.int32, *_INT32),
     "DT_INT16": _InputType("int", np.int16, *_INT32),
     "DT_INT8": _InputType("int", np.int8, *_INT32),
@@ -141,81 +139,25 @@ def _dtype_string(dtype_name: str) -> str:
 # Parsing the request document
 # --------------------------------------------------------------------------------------------
 
-# Python json messages -> rapidjson's GetParseError_En() text.
-_PARSE_ERRORS = {
-    "Expecting property name enclosed in double quotes": "Missing a name for object member.",
-    "Expecting ':' delimiter": "Missing a colon after a name of object member.",
-    "Extra data": "The document root must not be followed by other values.",
-    "Unterminated string starting at": "Missing a closing quotation mark in string.",
-    "Invalid \\escape": "Invalid escape character in string.",
-    "Invalid \\uXXXX escape": "Incorrect hex digit after \\u escape in string.",
-    "Invalid control character at": "Invalid encoding in string.",
-}
-
-
 def parse_json(body: bytes) -> dict[str, Any]:
-    """Parse a request body the way TF Serving's ``ParseJson()`` does.
-
-    rapidjson with ``kParseNanAndInfFlag``: standard JSON plus the bare tokens ``NaN``,
-    ``Infinity`` and ``-Infinity``; bytes that are not valid UTF-8 are accepted (they come back
-    as lone surrogates and are restored as raw bytes in ``DT_STRING`` tensors).
+    """Parse a request body the way TF Serving's ``ParseJson()`` does (rapidjson; see
+    :func:`serving.util.rapidjson.parse`: ``NaN``/``Infinity`` tokens, nothing read after the
+    top-level value, any nesting, bytes that are not UTF-8 kept).
 
     Raises ``INVALID_ARGUMENT``: ``JSON Parse error: The document is empty`` for an empty body,
-    ``JSON Parse error: <rapidjson message> at offset: <byte offset>`` for malformed JSON, and
-    ``JSON Value: <doc> Is not object`` when the top level is not an object.
+    ``JSON Parse error: <rapidjson message> at offset: <byte offset>`` for malformed JSON (a
+    number beyond the double range included), and ``JSON Value: <doc> Is not object`` when the
+    top level is not an object.
     """
     if not body:
         raise _invalid("JSON Parse error: The document is empty")
     try:
-        doc = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        doc = _parse_lenient(body)
+        doc = rapidjson.parse(body, orjson.loads)
+    except rapidjson.JsonParseError as exc:
+        raise _invalid(str(exc)) from None
     if type(doc) is not dict:
         raise _format_error(doc, "Is not object")
     return doc
-
-
-def _parse_lenient(body: bytes) -> Any:
-    """The slow path: NaN/Infinity tokens, invalid UTF-8, and rapidjson-style error messages."""
-    text = body.decode("utf-8", "surrogateescape")
-    try:
-        return json.loads(text)
-    except RecursionError:
-        raise _invalid("JSON Parse error: The document is nested too deeply.") from None
-    except json.JSONDecodeError as exc:
-        offset = len(text[: exc.pos].encode("utf-8", "surrogateescape"))
-        if not text.strip(" \t\r\n"):
-            message = "The document is empty."
-        elif exc.msg == "Expecting ',' delimiter":
-            message = (
-                "Missing a comma or '}' after an object member."
-                if _innermost_container(text, exc.pos) == "{"
-                else "Missing a comma or ']' after an array element."
-            )
-        else:
-            message = _PARSE_ERRORS.get(exc.msg, "Invalid value.")
-        raise _invalid(f"JSON Parse error: {message} at offset: {offset}") from None
-
-
-def _innermost_container(text: str, pos: int) -> str:
-    """The bracket (``{`` or ``[``) enclosing ``text[pos]``, skipping string contents."""
-    stack: list[str] = []
-    in_string = escaped = False
-    for ch in text[:pos]:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in "[{":
-            stack.append(ch)
-        elif ch in "]}" and stack:
-            stack.pop()
-    return stack[-1] if stack else ""
 
 
 def signature_name(doc: Mapping[str, Any]) -> str:
@@ -261,7 +203,7 @@ def decode_predict_inputs(
             )
         instances = doc["instances"]
         if type(instances) is not list:
-            raise _format_error(doc, "Excepting 'instances' to be an list/array")
+            raise _format_error(doc, "Expecting 'instances' to be an list/array")
         if not instances:
             raise _format_error(doc, "No values in 'instances' array")
         return JsonFormat.ROW, _decode_instances(instances, input_dtypes)
@@ -330,7 +272,7 @@ def _slow_instances(
             if set(element) != set(names):
                 raise _invalid(
                     f"Failed to process element: {index} of 'instances' list. JSON object: "
-                    f"{_json_value_to_string(element)} must only have keys: {','.join(names)}"
+                    f"{_json_value_to_string(element)} keys must be equal to: {','.join(names)}"
                 )
         else:
             if _is_element_object(element):
@@ -398,8 +340,11 @@ def _dense_shape(value: Any) -> list[int]:
         if not value:
             break
         value = value[0]
-    if len(shape) > MAX_RANK:
-        raise _invalid(f"Too many dimensions in tensor: {len(shape)}; at most {MAX_RANK} here")
+    rank = len(shape)
+    if type(value) is rapidjson.Deep and value.kind == "array":  # nested past what the parser built
+        rank += value.depth
+    if rank > MAX_RANK:
+        raise _invalid(f"Too many dimensions in tensor: {rank}; at most {MAX_RANK} here")
     return shape
 
 
@@ -458,16 +403,15 @@ def _convert_floats(leaves: list[Any], kinds: set[type], spec: _InputType) -> np
     if not kinds <= {int, float}:
         return None
     wide = np.array(leaves, dtype=np.float64)
-    if int in kinds:
-        # Integers beyond 2**digits - 1 are lossy (IsLosslessDecimal): only big values need a look.
-        for index in np.flatnonzero(np.abs(wide) > spec.max_exact_int):
-            leaf = leaves[index]
-            if type(leaf) is int and _INT64_MIN <= leaf <= _UINT64_MAX:
-                return None
-    finite = np.isfinite(wide)
-    if (np.abs(wide[finite]) > spec.max_value).any():
-        return None
-    return wide.astype(spec.numpy, copy=False)
+    return _narrowed(wide, spec)
+
+
+def _narrowed(wide: np.ndarray, spec: _InputType) -> np.ndarray:
+    """``GetFloat()``: a double cast to float32 -- rounded, beyond its range +/-Infinity, below
+    it 0 -- as TF Serving has accepted any number for a float input since 2021
+    (``FloatTensorWithPrecisionLoss``, ``FloatTensorThatExceedsMaxReturnsInf``)."""
+    with np.errstate(over="ignore"):
+        return wide.astype(spec.numpy, copy=False)
 
 
 def _convert_strings(leaves: list[Any], kinds: set[type]) -> np.ndarray | None:
@@ -573,13 +517,7 @@ def _convert_scalar(value: Any, dtype_name: str) -> Any:
     if spec.kind == "float":
         if kind not in (int, float):
             raise _type_error(value, dtype_name)
-        if not _is_lossless(value, spec):
-            target = "float" if dtype_name == "DT_FLOAT" else "double"
-            raise _invalid(
-                f"Cannot convert JSON value: {_json_value_to_string(value)} to {target} "
-                "without loss of precision."
-            )
-        return float(value)
+        return float(value)  # cast to the input's width in _assemble
     if spec.kind == "int":
         if not (_is_json_int(value) and spec.lo <= value <= spec.hi):
             raise _type_error(value, dtype_name)
@@ -593,18 +531,6 @@ def _convert_scalar(value: Any, dtype_name: str) -> Any:
     return _utf8(value)
 
 
-def _is_lossless(value: float, spec: _InputType) -> bool:
-    """``IsLosslessDecimal<T>``."""
-    if type(value) is float and not math.isfinite(value):
-        return True
-    if _is_json_int(value):
-        return abs(value) <= spec.max_exact_int
-    try:
-        return abs(float(value)) <= spec.max_value
-    except OverflowError:
-        return False
-
-
 def _assemble(leaves: list[Any], shape: list[int], dtype_name: str) -> np.ndarray:
     spec = _INPUT_TYPES.get(dtype_name)
     if spec is None:  # only reachable with no values at all (nothing to convert)
@@ -615,6 +541,8 @@ def _assemble(leaves: list[Any], shape: list[int], dtype_name: str) -> np.ndarra
     elif spec.kind == "int":
         wide = np.array(leaves, dtype=np.uint64 if spec.hi == _UINT64_MAX else np.int64)
         array = wide.astype(spec.numpy)
+    elif spec.kind == "float":
+        array = _narrowed(np.array(leaves, dtype=np.float64), spec)
     else:
         array = np.array(leaves, dtype=spec.numpy)
     return array.reshape(shape)
@@ -633,109 +561,12 @@ def _format_error(value: Any, message: str) -> ServingError:
 
 def _json_type_string(value: Any) -> str:
     """``JsonTypeString``: rapidjson's type names."""
-    if value is None:
-        return "Null"
-    if value is True:
-        return "True"
-    if value is False:
-        return "False"
-    if type(value) is dict:
-        return "Object"
-    if type(value) is list:
-        return "Array"
-    if type(value) is str:
-        return "String"
-    return "Number"
-
-
-# ---- rendering JSON values inside error messages (JsonValueToString) -------------------------
+    return rapidjson.type_string(value)
 
 
 def _json_value_to_string(value: Any) -> str:
-    """``JsonValueToString``: rapidjson's PrettyWriter, with top-level decimals via WriteDecimal."""
-    if type(value) is float or (type(value) is int and not _is_json_int(value)):
-        try:
-            number = float(value)
-        except OverflowError:
-            return str(value)
-        in_float_range = -_FLT_MAX <= number <= _FLT_MAX  # rapidjson Value::IsFloat()
-        return _write_decimal(number, np.float32 if in_float_range else np.float64)
-    return _pretty(value, 0)
-
-
-def _pretty(value: Any, depth: int) -> str:
-    if value is None:
-        return "null"
-    if value is True:
-        return "true"
-    if value is False:
-        return "false"
-    if type(value) is int:
-        return str(value) if _is_json_int(value) else _rapidjson_double(float(value))
-    if type(value) is float:
-        return _rapidjson_double(value)
-    if type(value) is str:
-        return json.dumps(value, ensure_ascii=False)
-    indent = "    " * (depth + 1)
-    if type(value) is list:
-        if not value:
-            return "[]"
-        items = [indent + _pretty(item, depth + 1) for item in value]
-        return "[\n" + ",\n".join(items) + "\n" + "    " * depth + "]"
-    if type(value) is dict:
-        if not value:
-            return "{}"
-        members = [
-            f"{indent}{json.dumps(key, ensure_ascii=False)}: {_pretty(item, depth + 1)}"
-            for key, item in value.items()
-        ]
-        return "{\n" + ",\n".join(members) + "\n" + "    " * depth + "}"
-    return str(value)
-
-
-def _write_decimal(value: float, dtype: type[np.floating[Any]]) -> str:
-    """``WriteDecimal``: ``%.6g``, ``%.9g``/``%.17g`` if that does not round-trip, ``.0`` added."""
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "-Infinity" if value < 0 else "Infinity"
-    typed = dtype(value)
-    text = f"{typed:.6g}"
-    if dtype(float(text)) != typed:
-        text = f"{typed:.9g}" if dtype is np.float32 else f"{typed:.17g}"
-    if "." not in text and "e" not in text:
-        text += ".0"
-    return text
-
-
-def _rapidjson_double(value: float) -> str:
-    """rapidjson ``Writer::Double``: shortest digits, laid out by ``internal::Prettify``."""
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "-Infinity" if value < 0 else "Infinity"
-    if value == 0.0:
-        return "-0.0" if math.copysign(1.0, value) < 0 else "0.0"
-    sign = "-" if value < 0 else ""
-    mantissa, _, exponent = repr(abs(value)).partition("e")
-    whole, _, fraction = mantissa.partition(".")
-    digits = (whole + fraction).lstrip("0")
-    k = (int(exponent) if exponent else 0) - len(fraction)
-    stripped = digits.rstrip("0")
-    k += len(digits) - len(stripped)
-    digits = stripped
-    length, kk = len(digits), len(digits) + k
-    if k >= 0 and kk <= 21:
-        text = digits + "0" * k + ".0"
-    elif 0 < kk <= 21:
-        text = digits[:kk] + "." + digits[kk:]
-    elif -6 < kk <= 0:
-        text = "0." + "0" * -kk + digits
-    elif length == 1:
-        text = f"{digits}e{kk - 1}"
-    else:
-        text = f"{digits[0]}.{digits[1:]}e{kk - 1}"
-    return sign + text
+    """``JsonValueToDebugString``: single-line arrays, cut at 256 bytes (:mod:`serving.util.rapidjson`)."""
+    return rapidjson.debug_string(value)
 
 
 # --------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ encoding byte for byte.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import numpy as np
@@ -291,8 +292,7 @@ def test_json_context_is_prepended_to_each_example() -> None:
         (b'{"examples": [{"x": [1, 1.5]}]}', "element type in feature: x expecting type: int64"),
         (b'{"examples": [{"x": ["a", 1]}]}', "element type in feature: x expecting type: bytes"),
         (b'{"examples": [{"x": {"b64": "!"}}]}', "Unable to base64 decode"),
-        (b'{"examples": [{"x": 1e39}]}', "to float without loss of precision."),
-        (b'{"examples": [{"x": 18446744073709551615}]}', "Feature: x has uint64 element."),
+        (b'{"examples": [{"x": 18446744073709551615}]}', "Feature: x has uint64_t element."),
     ],
 )
 def test_json_errors(body: bytes, message: str) -> None:
@@ -304,6 +304,13 @@ def test_json_errors(body: bytes, message: str) -> None:
 def test_json_integers_beyond_64_bits_are_floats_like_rapidjson_doubles() -> None:
     _, (example,) = _decode({"examples": [{"x": 2**70}]})
     assert list(example.features.feature["x"].float_list.value) == [float(np.float32(2**70))]
+
+
+def test_json_decimals_beyond_float_are_infinite() -> None:
+    # json_tensor.cc AddValueToFeature: a double goes in with GetFloat() (no range check since
+    # TF Serving 2.5), so 1e39 is +inf and 1e-50 is 0 in the float_list.
+    _, (example,) = _decode({"examples": [{"x": [1e39, -1e39, 1e-50]}]})
+    assert list(example.features.feature["x"].float_list.value) == [math.inf, -math.inf, 0.0]
 
 
 def test_encode_classification_result() -> None:
