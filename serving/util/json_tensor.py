@@ -610,7 +610,7 @@ def encode_predict_outputs(outputs: Mapping[str, np.ndarray], fmt: JsonFormat) -
 
 def _jsonable(name: str, array: np.ndarray) -> Any:
     """Something orjson writes as TF Serving would, indexable along axis 0 when ``ndim > 0``."""
-    if array.dtype == object:
+    if array.dtype == object or array.dtype.kind in "SU":  # DT_STRING (a scalar comes as S<n>)
         as_b64 = name.endswith("_bytes")  # IsNamedTensorBytes
         convert = _bytes_to_b64_object if as_b64 else _bytes_to_text
         return np.frompyfunc(convert, 1, 1)(array).tolist() if array.ndim else convert(array.item())

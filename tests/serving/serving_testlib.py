@@ -10,6 +10,8 @@
 * ``two_inputs/1`` -- TF1: ``a``, ``b`` float32 ``[-1]`` -> ``sum``, ``product``;
 * ``strings/1`` -- TF1: ``text`` string ``[-1]`` -> ``echo`` and ``echo_bytes`` (the input) and
   ``length`` (int32);
+* ``scalar_string/1`` -- TF1: ``x`` float32 ``[-1]`` -> ``y`` (``x + 1``) and ``label``, a rank-0
+  string (``"half"``);
 * ``broken/1`` -- a ``saved_model.pb`` that is not a SavedModel (its load fails).
 """
 
@@ -72,6 +74,13 @@ def _strings() -> tuple[dict[str, Any], dict[str, Any]]:
     }
 
 
+def _scalar_string() -> tuple[dict[str, Any], dict[str, Any]]:
+    import tensorflow as tf
+
+    x = tf.compat.v1.placeholder(tf.float32, shape=[None], name="x")
+    return {"x": x}, {"y": tf.add(x, 1.0, name="y"), "label": tf.constant("half", name="label")}
+
+
 def _export_keras(path: Path) -> None:
     import keras
     import numpy as np
@@ -91,6 +100,7 @@ def export_models(root: Path) -> Path:
     _export_tf1(root / "multi" / "2", _half_plus(3.0))
     _export_tf1(root / "two_inputs" / "1", _two_inputs)
     _export_tf1(root / "strings" / "1", _strings)
+    _export_tf1(root / "scalar_string" / "1", _scalar_string)
     _export_keras(root / "keras_half_plus_two" / "1")
     broken = root / "broken" / "1"
     broken.mkdir(parents=True)
@@ -103,7 +113,7 @@ def models_config_text(root: Path) -> str:
 
     ``multi`` serves all its versions with labels ``stable`` -> 1 and ``canary`` -> 2.
     """
-    simple = ["half_plus_two", "keras_half_plus_two", "two_inputs", "strings", "broken"]
+    simple = ["half_plus_two", "keras_half_plus_two", "two_inputs", "strings", "scalar_string", "broken"]
     entries = [
         f'  config {{ name: "{name}" base_path: "{root / name}" model_platform: "tensorflow" }}'
         for name in simple

@@ -37,7 +37,7 @@ from tests.support import Proc, free_port, wait_until
 
 READY_DEADLINE_S = 120.0
 RPC_TIMEOUT_S = 10.0
-MODELS = ("half_plus_two", "half_plus_two_versions", "counter")
+MODELS = ("half_plus_two", "half_plus_two_versions", "counter", "half_plus_two_tf2")
 CLASSIFY = "tensorflow/serving/classify"
 REGRESS = "tensorflow/serving/regress"
 INVALID_ARGUMENT = grpc.StatusCode.INVALID_ARGUMENT
@@ -543,14 +543,6 @@ def test_grpc_multi_inference(server: Server) -> None:
             grpc.StatusCode.UNIMPLEMENTED,
             "Unsupported signature method_name: tensorflow/serving/predict",
         ),
-        (
-            [
-                ("half_plus_two", "regress_x_to_y", REGRESS),
-                ("half_plus_two", "regress_x2_to_y3", REGRESS),
-            ],
-            grpc.StatusCode.INVALID_ARGUMENT,
-            "Input tensor must be the same for all Signatures.",
-        ),
     ],
 )
 def test_grpc_multi_inference_errors(
@@ -558,6 +550,44 @@ def test_grpc_multi_inference_errors(
 ) -> None:
     error = _rpc_error(server.predict.MultiInference, _multi_inference(*tasks))
     assert (error.code(), error.details()) == (code, message)
+
+
+@pytest.mark.parametrize(
+    ("tasks", "expected"),
+    [
+        # multi_inference_test.cc MultipleValidRegressSignaturesTest (y = 0.5x + 2, y2 = 0.5x + 3).
+        ((("regress_x_to_y", REGRESS), ("regress_x_to_y2", REGRESS)), [[3.0], [4.0]]),
+        # RegressAndClassifySignaturesTest: a regression and a classification score.
+        ((("regress_x_to_y", REGRESS), ("classify_x_to_y", CLASSIFY)), [[3.0], [3.0]]),
+    ],
+)
+def test_grpc_multi_inference_tf2(
+    server: Server, tasks: tuple[tuple[str, str], ...], expected: list[list[float]]
+) -> None:
+    # tensorflow_model_server_test.py testMultiInferenceTf2 and multi_inference_test.cc with
+    # tf2_model_t: every signature of a TF2 export has its own input placeholder; the Examples
+    # are fed to each (PerformOneShotTensorComputation with a set of input tensor names).
+    request = _multi_inference(*(("half_plus_two_tf2", sig, method) for sig, method in tasks))
+    response = server.predict.MultiInference(request, timeout=RPC_TIMEOUT_S)
+    values = [
+        [r.value for r in result.regression_result.regressions]
+        or [c.score for c in result.classification_result.classifications[0].classes]
+        for result in response.results
+    ]
+    assert values == expected
+    assert [r.model_spec.signature_name for r in response.results] == [sig for sig, _ in tasks]
+    assert [r.model_spec.version.value for r in response.results] == [1, 1]
+
+
+def test_grpc_multi_inference_examples_fed_to_a_float_input_fail_in_tensorflow(
+    server: Server,
+) -> None:
+    # regress_x2_to_y3's input is a float tensor: the Examples fed to it fail in the run
+    # (TF Serving refused it before running, until its input-tensor-set change).
+    tasks = [("half_plus_two", "regress_x_to_y", REGRESS), ("half_plus_two", "regress_x2_to_y3", REGRESS)]
+    error = _rpc_error(server.predict.MultiInference, _multi_inference(*tasks))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "string" in error.details()
 
 
 # ---- gRPC: metadata, status, config reload -----------------------------------------------------

@@ -161,6 +161,19 @@ def test_two_inputs_row_and_columnar(client: AppClient) -> None:
     assert response.json() == {"outputs": {"product": [3.0, 8.0], "sum": [4.0, 6.0]}}
 
 
+def test_rank_0_string_output_in_columnar_answer(client: AppClient) -> None:
+    # json_tensor.cc AddTensorValues: a tensor of no dimension is written as its one value
+    # (MultipleNamedTensorColumnarFormat's "bin_tensor" is such a scalar string, as a request).
+    # A scalar string comes out of the Session as bytes: it is DT_STRING all the same.
+    response = client.post("/v1/models/scalar_string:predict", json={"inputs": [1.0, 2.0]})
+    assert response.status_code == 200, response.text
+    assert response.json() == {"outputs": {"label": "half", "y": [2.0, 3.0]}}
+    # The row format needs a batch dimension on every output (MakeRowFormatJsonFromTensors).
+    response = client.post("/v1/models/scalar_string:predict", json={"instances": [1.0]})
+    assert response.status_code == 400
+    assert response.json() == {"error": "Tensor name: label has no shape information "}
+
+
 def test_runtime_shape_mismatch_is_tensorflow_error(client: AppClient) -> None:
     response = client.post(
         "/v1/models/two_inputs:predict", json={"inputs": {"a": [1.0, 2.0], "b": [3.0, 4.0, 5.0]}}
@@ -196,7 +209,7 @@ def test_non_finite_round_trip(client: AppClient) -> None:
 def test_body_is_not_an_object(client: AppClient) -> None:
     response = client.post("/v1/models/half_plus_two:predict", content=b"[1]")
     assert response.status_code == 400
-    assert response.json() == {"error": "JSON Value: [\n    1\n] Is not object"}
+    assert response.json() == {"error": "JSON Value: [1] Is not object"}
 
 
 def test_empty_body(client: AppClient) -> None:

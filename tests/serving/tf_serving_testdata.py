@@ -17,6 +17,12 @@ and ``saved_model_counter.py`` (nothing is downloaded). :func:`export_testdata` 
   with ``scores`` ``[y, y2]``, to cover labels.
 * ``half_plus_two_versions/1`` (``0.5 x + 2``) and ``/2`` (``0.5 x + 3``): the same graph, two
   versions (TF Serving's half_plus_two / half_plus_three pair).
+* ``half_plus_two_tf2/1`` -- the same model as TF Serving's ``HalfPlusTwoModel`` (``tf2=True``,
+  ``saved_model_half_plus_two_tf2_cpu``): a ``tf.Module`` saved with ``tf.saved_model.save``, each
+  signature a function with its own input placeholder (``regress_x_to_y``, ``regress_x_to_y2``,
+  ``classify_x_to_y`` take serialized Examples; ``regress_x2_to_y3`` / ``classify_x2_to_y3`` a
+  float; ``serving_default`` ``x`` -> ``y``). Its method names are all predict, so classify and
+  regress run on it with the method-name check off (TF Serving's default).
 * ``counter/1`` -- ``saved_model_counter``: a float variable and the signatures
   ``get_counter``, ``incr_counter``, ``incr_counter_by`` (input ``delta``) and
   ``reset_counter``, each with output ``output`` (the counter's value after the op).
@@ -80,6 +86,58 @@ def _half_plus(path: Path, b: float) -> None:
         _save(graph, path, signatures)
 
 
+def _half_plus_two_tf2(path: Path) -> None:
+    import tensorflow as tf
+
+    features = {
+        "x": tf.io.FixedLenFeature([1], dtype=tf.float32),
+        "x2": tf.io.FixedLenFeature([1], dtype=tf.float32, default_value=[0.0]),
+    }
+    examples = tf.TensorSpec([None], dtype=tf.string, name="inputs")
+
+    class HalfPlusTwoModel(tf.Module):
+        def __init__(self) -> None:
+            self.a = tf.Variable(0.5, name="a")
+            self.b = tf.Variable(2.0, name="b")
+            self.c = tf.Variable(3.0, name="c")
+
+        def compute(self, x: Any, inc: Any) -> Any:
+            return tf.add(tf.multiply(self.a, x), inc)
+
+        @tf.function(input_signature=[tf.TensorSpec(shape=[1], dtype=tf.float32)])
+        def predict(self, x: Any) -> Any:
+            return {"y": self.compute(x, self.b)}
+
+        @tf.function(input_signature=[examples])
+        def regress_xy(self, serialized: Any) -> Any:
+            x = tf.io.parse_example(serialized, features)["x"]
+            return {"outputs": self.compute(x, self.b)}
+
+        @tf.function(input_signature=[examples])
+        def regress_xy2(self, serialized: Any) -> Any:
+            x = tf.io.parse_example(serialized, features)["x"]
+            return {"outputs": self.compute(x, self.c)}
+
+        @tf.function(input_signature=[tf.TensorSpec([1], dtype=tf.float32, name="inputs")])
+        def regress_x2y3(self, x2: Any) -> Any:
+            return {"outputs": self.compute(x2, self.c)}
+
+        @tf.function(input_signature=[examples])
+        def classify_xy(self, serialized: Any) -> Any:
+            x = tf.io.parse_example(serialized, features)["x"]
+            return {"scores": self.compute(x, self.b)}
+
+    model = HalfPlusTwoModel()
+    signatures = {
+        "regress_x_to_y": model.regress_xy,
+        "regress_x_to_y2": model.regress_xy2,
+        "regress_x2_to_y3": model.regress_x2y3,
+        "classify_x_to_y": model.classify_xy,
+        "serving_default": model.predict,
+    }
+    tf.saved_model.save(model, str(path), signatures=signatures)
+
+
 def _counter(path: Path) -> None:
     import tensorflow as tf
 
@@ -126,6 +184,7 @@ def export_testdata(root: Path) -> Path:
     _half_plus(root / "half_plus_two" / str(HALF_PLUS_TWO_VERSION), 2.0)
     _half_plus(root / "half_plus_two_versions" / "1", 2.0)
     _half_plus(root / "half_plus_two_versions" / "2", 3.0)
+    _half_plus_two_tf2(root / "half_plus_two_tf2" / "1")
     _counter(root / "counter" / "1")
     return root
 
@@ -146,6 +205,8 @@ def classic_models_config(root: Path) -> str:
         '    version_labels { key: "canary" value: 2 }\n'
         "  }\n"
         f'  config {{ name: "counter" base_path: "{root / "counter"}"'
+        ' model_platform: "tensorflow" }\n'
+        f'  config {{ name: "half_plus_two_tf2" base_path: "{root / "half_plus_two_tf2"}"'
         ' model_platform: "tensorflow" }\n'
         "}\n"
     )

@@ -1,9 +1,12 @@
 """MultiInference: TF Serving's ``servables/tensorflow/multi_inference.cc``.
 
-Several classify/regress signatures of one model that share the same input tensor, run in a single
-``Session`` run (``Input tensor must be the same for all Signatures.``); each task is checked and
-post-processed as :mod:`~serving.servables.tensorflow.classifier` and
-:mod:`~serving.servables.tensorflow.regressor` do.
+Several classify/regress signatures of one model run in a single ``Session`` run, the request's
+tf.Examples fed to the input tensor of every signature (``PerformOneShotTensorComputation`` with a
+set of input tensor names): a TF1 graph's signatures usually share one placeholder, a TF2 export
+gives each signature its own (``tensorflow_model_server_test.py`` ``testMultiInferenceTf2``). Each
+task is checked and post-processed as :mod:`~serving.servables.tensorflow.classifier` and
+:mod:`~serving.servables.tensorflow.regressor` do. (TF Serving refused signatures with different
+input tensors, ``Input tensor must be the same for all Signatures.``, until 2021.)
 """
 
 from __future__ import annotations
@@ -47,12 +50,13 @@ def prepare_multi_inference(
 
     Raises ``INVALID_ARGUMENT`` ``Found ModelSpec with an empty model name.``, ``All ModelSpecs in
     a MultiInferenceRequest must access the same model name.``, ``Duplicate evaluation of
-    signature: <s>``, ``Requested signature not found in model graph: <s>``, ``Input tensor must
-    be the same for all Signatures.``, ``Input is empty.``; ``UNIMPLEMENTED`` ``Unsupported
-    signature method_name: <m>``; and the classify/regress signature checks.
+    signature: <s>``, ``Requested signature not found in model graph: <s>``, ``Input is
+    empty.``; ``UNIMPLEMENTED`` ``Unsupported signature method_name: <m>``; and the
+    classify/regress signature checks. An input tensor that cannot take serialized Examples fails
+    in TensorFlow's run.
     """
     model_name = ""
-    input_name = ""
+    input_names: set[str] = set()
     seen: set[str] = set()
     resolved: list[tuple[str, SignatureDef]] = []
     output_set: set[str] = set()
@@ -80,10 +84,7 @@ def prepare_multi_inference(
             raise ServingError(
                 Code.UNIMPLEMENTED, f"Unsupported signature method_name: {task.method_name}"
             )
-        if not input_name:
-            input_name = task_input
-        elif input_name != task_input:
-            raise invalid("Input tensor must be the same for all Signatures.")
+        input_names.add(task_input)
         output_set.update(task_outputs)
         resolved.append((name, signature))
     # std::set order, as TF Serving builds output_tensor_names.
@@ -104,4 +105,5 @@ def prepare_multi_inference(
                 results.append(RegressionResponse(spec, values))
         return MultiInferenceResponse(tuple(results))
 
-    return InferenceCall(MULTI_INFERENCE_API, {input_name: examples}, output_names, finish)
+    feeds = {name: examples for name in sorted(input_names)}  # std::set order
+    return InferenceCall(MULTI_INFERENCE_API, feeds, output_names, finish)
