@@ -16,8 +16,9 @@ limits of :class:`~serving.util.request_limits.RequestLimits`, answering TF Serv
   header is answered 431 after its first reads (see ``tests/serving/test_serving_limits.py``).
   A head that arrives after a pipelined request in the same read is counted from the next read,
   so a head is parsed at most ``limit`` + two reads (uvloop reads up to 256 KiB).
-* :class:`BodyLimits` -- the request: ASGI middleware answering 413 at once when
-  ``Content-Length`` is over ``--rest_api_max_body_bytes``, and making ``receive()`` raise
+* :class:`RequestLimitsMiddleware` -- the request: ASGI middleware answering 431 for a head over
+  the limit that arrived in one read (the protocol only sees heads that span reads), 413 at once
+  when ``Content-Length`` is over ``--rest_api_max_body_bytes``, and making ``receive()`` raise
   :class:`~serving.util.errors.LimitExceeded` (413, 408) when a body without a length grows past
   the limit or does not arrive in time; the app's one error handler answers those
   (:mod:`serving.model_servers.http_server`). Bodies are never buffered past the limit.
@@ -40,7 +41,7 @@ from serving.model_servers.http_rest_api_handler import error_json
 from serving.util.errors import LimitExceeded
 from serving.util.request_limits import RequestLimits, body_too_large, head_too_large, read_timed_out
 
-__all__ = ["BodyLimits", "HeadLimitedProtocol", "LimitCallback"]
+__all__ = ["RequestLimitsMiddleware", "HeadLimitedProtocol", "LimitCallback"]
 
 _LINGER_S = 1.0  # how long a refused connection's further bytes are read and dropped
 
@@ -71,7 +72,7 @@ class HeadLimitedProtocol(HttpToolsProtocol):
         self._max_head_bytes = limits.max_header_bytes
         self._head_timeout_s = limits.read_timeout_s
         self._on_limit = on_limit
-        self._in_head = True  # waiting for, or reading, a request head
+        self._head_started = False  # some bytes of a request head arrived, not all of them
         self._head_bytes = 0
         self._message_began = False  # a new request head began during the current read
         self._head_timer: asyncio.TimerHandle | None = None
@@ -81,7 +82,7 @@ class HeadLimitedProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self._arm_head_timer()
+        self._arm_head_timer()  # the first head must arrive in time too
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_head_timer()
@@ -89,15 +90,16 @@ class HeadLimitedProtocol(HttpToolsProtocol):
 
     def data_received(self, data: bytes) -> None:
         if self._refused:
-            return
-        read_in_head = self._in_head
+            return  # a refused connection lingers: what still arrives is dropped
+        continued = self._head_started
         self._message_began = False
         super().data_received(data)
-        if not self._in_head or self._refused or self.transport.is_closing():
+        if not self._head_started or self._refused or self.transport.is_closing():
             return
-        # Still in a head: all of this read belongs to it, unless the head began inside it (after
-        # a pipelined request); those few bytes are counted with the next read.
-        self._head_bytes = self._head_bytes + len(data) if read_in_head and not self._message_began else 0
+        # A head is still incomplete: all of this read belongs to it, unless it began inside the
+        # read (after a pipelined request); those few bytes are counted with the next read.
+        if continued and not self._message_began:
+            self._head_bytes += len(data)
         if self._head_bytes > self._max_head_bytes:
             self._refuse(head_too_large(self._max_head_bytes))
         elif self._head_timer is None:
@@ -107,19 +109,14 @@ class HeadLimitedProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        self._in_head = True
+        self._head_started = True
         self._message_began = True
         self._head_bytes = 0
 
     def on_headers_complete(self) -> None:
-        self._in_head = False
+        self._head_started = False
         self._cancel_head_timer()
         super().on_headers_complete()
-
-    def on_message_complete(self) -> None:
-        super().on_message_complete()
-        self._in_head = True
-        self._head_bytes = 0
 
     # ---- refusing -----------------------------------------------------------------------------
 
@@ -134,8 +131,10 @@ class HeadLimitedProtocol(HttpToolsProtocol):
 
     def _head_timed_out(self) -> None:
         self._head_timer = None
-        if self._in_head and not self._refused and self._head_timeout_s is not None:
-            self._refuse(read_timed_out(self._head_timeout_s, "head"))
+        waiting_for_first = self.cycle is None  # no request yet on this connection
+        timeout_s = self._head_timeout_s
+        if timeout_s is not None and (self._head_started or waiting_for_first) and not self._refused:
+            self._refuse(read_timed_out(timeout_s, "head"))
 
     def _refuse(self, error: LimitExceeded) -> None:
         """Answer ``error`` (unless a response is being written on this connection) and close."""
@@ -164,10 +163,10 @@ class HeadLimitedProtocol(HttpToolsProtocol):
             self.transport.close()
 
 
-class BodyLimits:
-    """ASGI middleware holding each request body to ``--rest_api_max_body_bytes`` and
-    ``--rest_api_body_read_timeout_in_ms`` (see the module doc). ``headers`` are added to the
-    413 it answers itself (CORS, when on)."""
+class RequestLimitsMiddleware:
+    """ASGI middleware holding each request head to ``--rest_api_max_header_bytes`` and each
+    body to ``--rest_api_max_body_bytes`` and ``--rest_api_body_read_timeout_in_ms`` (see the
+    module doc). ``headers`` are added to the answers it gives itself (CORS, when on)."""
 
     def __init__(
         self,
@@ -177,6 +176,7 @@ class BodyLimits:
         headers: dict[str, str] | None = None,
     ) -> None:
         self._app = app
+        self._max_head_bytes = limits.max_header_bytes
         self._max_body_bytes = limits.max_body_bytes
         self._timeout_s = limits.read_timeout_s
         self._on_limit = on_limit
@@ -184,7 +184,13 @@ class BodyLimits:
         self._headers += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or (self._max_body_bytes is None and self._timeout_s is None):
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        if _head_size(scope) > self._max_head_bytes:
+            await self._refuse(head_too_large(self._max_head_bytes), send)
+            return
+        if self._max_body_bytes is None and self._timeout_s is None:
             await self._app(scope, receive, send)
             return
         limit = self._max_body_bytes
@@ -227,6 +233,14 @@ class BodyLimits:
         headers = [*self._headers, (b"content-length", str(len(body)).encode())]
         await send({"type": "http.response.start", "status": error.http_status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
+
+
+def _head_size(scope: Scope) -> int:
+    """The bytes of a request's head as it was sent: request line, then ``name: value`` lines."""
+    size = len(scope["method"]) + len(scope.get("raw_path") or b"") + 12  # " ", " HTTP/1.1\r\n"
+    if scope.get("query_string"):
+        size += 1 + len(scope["query_string"])
+    return size + sum(len(name) + len(value) + 4 for name, value in scope["headers"]) + 2
 
 
 def _content_length(scope: Scope) -> int | None:

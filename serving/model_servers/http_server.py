@@ -31,7 +31,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from serving.core.manager import ServableManager
-from serving.model_servers.http_limits import BodyLimits, HeadLimitedProtocol, LimitCallback
+from serving.model_servers.http_limits import HeadLimitedProtocol, LimitCallback, RequestLimitsMiddleware
 from serving.model_servers.http_rest_api_handler import (
     CORS_HEADERS,
     HttpRestApiHandler,
@@ -69,7 +69,7 @@ def create_app(
     ``prometheus`` = ``(path, render)`` answers ``GET <path>`` with ``render()``, Prometheus text
     (``--monitoring_config_file``; :mod:`serving.util.metrics`), as TF Serving's HTTP server does.
     ``limits`` holds request bodies to their size and time limits (:class:`~serving.model_servers.
-    http_limits.BodyLimits`); every request refused for a limit is passed to ``on_limit``.
+    http_limits.RequestLimitsMiddleware`); every request refused for a limit is passed to ``on_limit``.
     """
     limits = limits if limits is not None else RequestLimits()
     report: LimitCallback = on_limit if on_limit is not None else _ignore
@@ -102,7 +102,7 @@ def create_app(
         routes=routes,
         exception_handlers={ServingError: on_serving_error, Exception: on_unexpected_error},
     )
-    return BodyLimits(app, limits, report, headers)
+    return RequestLimitsMiddleware(app, limits, report, headers)
 
 
 def _ignore(error: LimitExceeded) -> None:

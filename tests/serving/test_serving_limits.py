@@ -1,0 +1,241 @@
+"""The request limits end to end: ``python -m serving`` on the example models with small limits.
+
+Each limit is hit over a real socket and must be answered with TF Serving's error body and the
+limit's status (413, 431, 408; gRPC RESOURCE_EXHAUSTED), counted in
+``request_limit_exceeded_count{entrypoint, reason}``, while a well-behaved client on its own
+connection keeps getting its predictions the whole time.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import grpc
+import httpx
+import numpy as np
+import orjson
+import pytest
+import tensorflow as tf
+from tensorflow_serving.apis import predict_pb2
+
+from tests.serving.example_server import FRAUD_ROW, ExampleServer, running_example_server
+
+MAX_BODY = 64 * 1024
+MAX_HEAD = 8 * 1024
+READ_TIMEOUT_S = 1.0
+MAX_ELEMENTS = 11 * 100  # 100 fraud rows
+PREDICT = "/v1/models/fraud:predict"
+
+
+class WellBehavedClient:
+    """Predicts one fraud row after another on its own connection, recording every answer."""
+
+    def __init__(self, base_url: str) -> None:
+        self._client = httpx.Client(base_url=base_url, timeout=30.0)
+        self.latencies: list[float] = []
+        self.failures: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        body = orjson.dumps({"instances": [FRAUD_ROW]})
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                response = self._client.post(PREDICT, content=body)
+            except httpx.HTTPError as exc:
+                self.failures.append(repr(exc))
+                continue
+            self.latencies.append(time.monotonic() - started)
+            if response.status_code != 200:
+                self.failures.append(f"{response.status_code} {response.text}")
+            time.sleep(0.01)
+
+    def __enter__(self) -> WellBehavedClient:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=60)
+        self._client.close()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ExampleServer]:
+    with running_example_server(
+        tmp_path_factory.mktemp("limits"),
+        f"--rest_api_max_body_bytes={MAX_BODY}",
+        f"--rest_api_max_header_bytes={MAX_HEAD}",
+        f"--rest_api_body_read_timeout_in_ms={int(READ_TIMEOUT_S * 1000)}",
+        f"--max_request_elements={MAX_ELEMENTS}",
+    ) as running:
+        yield running
+
+
+def _raw_exchange(port: int, data: bytes, *, pause_s: float = 0.0) -> tuple[bytes, float]:
+    """Send ``data`` (then wait ``pause_s`` without closing); return the answer and its time."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        started = time.monotonic()
+        try:
+            sock.sendall(data)
+        except OSError:
+            pass  # the server answered and stopped reading: the answer is still there
+        time.sleep(pause_s)
+        answer = b""
+        while b"\r\n\r\n" not in answer or not _complete(answer):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            answer += chunk
+        return answer, time.monotonic() - started
+
+
+def _complete(answer: bytes) -> bool:
+    head, _, body = answer.partition(b"\r\n\r\n")
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            return len(body) >= int(line.split(b":")[1])
+    return False
+
+
+def _status_and_error(answer: bytes) -> tuple[int, str]:
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert b"connection: close" in head.lower(), head
+    return int(head.split(b" ")[1]), orjson.loads(body)["error"]
+
+
+def test_limits_answered_counted_and_others_served(server: ExampleServer) -> None:
+    port = server.rest_port
+    before = server.limit_counts()
+    with WellBehavedClient(f"http://127.0.0.1:{port}") as neighbour:
+        time.sleep(0.3)
+        # A body over the limit, announced by Content-Length: refused before it is read.
+        body = b'{"instances": [' + b"1," * MAX_BODY + b"1]}"
+        response = httpx.post(f"http://127.0.0.1:{port}{PREDICT}", content=body, timeout=30)
+        assert response.status_code == 413
+        assert response.json() == {
+            "error": f"Request body of {len(body)} bytes exceeds the limit of {MAX_BODY} bytes "
+            "(--rest_api_max_body_bytes)"
+        }
+        # The same body chunked (no length): refused once it grows past the limit.
+        response = httpx.post(
+            f"http://127.0.0.1:{port}{PREDICT}", content=iter([body[:40000], body[40000:]]), timeout=30
+        )
+        assert response.status_code == 413
+        assert "exceeds the limit of 65536 bytes" in response.json()["error"]
+
+        # A head over the limit: 431, before the parser sees much of it.
+        head = b"POST " + PREDICT.encode() + b" HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (MAX_HEAD * 4)
+        status, error = _status_and_error(_raw_exchange(port, head + b"\r\n\r\n")[0])
+        assert (status, error) == (
+            431,
+            f"Request header fields exceed the limit of {MAX_HEAD} bytes (--rest_api_max_header_bytes)",
+        )
+        # ... and a 64 MB one is answered as fast: its cost is bounded by the limit.
+        answer, seconds = _raw_exchange(port, head + b"a" * (64 << 20) + b"\r\n\r\n")
+        assert _status_and_error(answer)[0] == 431
+        assert seconds < 10.0
+
+        # A body that stops arriving: 408 after the read timeout.
+        stalled = b"POST " + PREDICT.encode() + b" HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"
+        answer, seconds = _raw_exchange(port, stalled)
+        assert _status_and_error(answer) == (
+            408,
+            "Request body not received within 1000 ms (--rest_api_body_read_timeout_in_ms)",
+        )
+        assert READ_TIMEOUT_S * 0.9 <= seconds < READ_TIMEOUT_S + 5.0
+        # A head that stops arriving: the same.
+        answer, seconds = _raw_exchange(port, b"POST " + PREDICT.encode() + b" HTTP/1.1\r\nHo")
+        assert _status_and_error(answer)[0] == 408
+
+        # More elements than allowed, in a body under the size limit.
+        rows = {"instances": [FRAUD_ROW] * (MAX_ELEMENTS // 11 + 1)}
+        response = httpx.post(f"http://127.0.0.1:{port}{PREDICT}", json=rows, timeout=30)
+        assert response.status_code == 413
+        assert response.json() == {
+            "error": f"Request has {MAX_ELEMENTS + 11} tensor elements, more than the limit of "
+            f"{MAX_ELEMENTS} (--max_request_elements)"
+        }
+        # Over gRPC, checked on the declared shape before anything is allocated: a typed field's
+        # one value would otherwise fill all 2**31 x 11 floats.
+        request = predict_pb2.PredictRequest()
+        request.model_spec.name = "fraud"
+        request.inputs["features"].CopyFrom(tf.make_tensor_proto([1.0], shape=[1, 11]))
+        request.inputs["features"].tensor_shape.dim[0].size = 2**31
+        with pytest.raises(grpc.RpcError) as caught:
+            server.stub.Predict(request, timeout=10)
+        assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert caught.value.details() == (
+            f"Request has {2**31 * 11} tensor elements, more than the limit of {MAX_ELEMENTS} "
+            "(--max_request_elements)"
+        )
+        time.sleep(0.3)
+    assert neighbour.failures == []
+    assert len(neighbour.latencies) >= 10
+    # Generous: the machine is shared; the point is that nobody was stalled for seconds.
+    assert max(neighbour.latencies) < 3.0, max(neighbour.latencies)
+
+    after = server.limit_counts()
+    increase = {key: after.get(key, 0) - before.get(key, 0) for key in after}
+    assert increase == {
+        ("REST", "body_bytes"): 2,
+        ("REST", "header_bytes"): 2,
+        ("REST", "read_timeout"): 2,
+        ("REST", "elements"): 1,
+        ("GRPC", "elements"): 1,
+    }
+
+
+def test_within_the_limits_is_served(server: ExampleServer) -> None:
+    rows = {"instances": [FRAUD_ROW] * (MAX_ELEMENTS // 11)}
+    with httpx.Client(base_url=f"http://127.0.0.1:{server.rest_port}", timeout=30) as client:
+        response = client.post(PREDICT, json=rows)
+        assert response.status_code == 200
+        assert np.array(response.json()["predictions"]).shape == (MAX_ELEMENTS // 11, 1)
+        # A keep-alive connection idle for longer than the read timeout is not refused: the
+        # timeout runs only while a request is arriving (idle ones are uvicorn's, 5 s).
+        time.sleep(READ_TIMEOUT_S * 1.5)
+        assert client.post(PREDICT, json={"instances": [FRAUD_ROW]}).status_code == 200
+        assert client.get("/v1/models/fraud").status_code == 200
+
+
+def test_grpc_garbage_is_internal_not_unknown(server: ExampleServer) -> None:
+    # gRPC C++ answers bytes that do not parse as the request message with INTERNAL
+    # (GenericDeserialize); grpc.aio's default would be UNKNOWN with a Python class name.
+    predict = server.channel.unary_unary(
+        "/tensorflow.serving.PredictionService/Predict",
+        request_serializer=lambda data: data,
+        response_deserializer=lambda data: data,
+    )
+    with pytest.raises(grpc.RpcError) as caught:
+        predict(b"\xff\xfe garbage \x00\x01", timeout=10)
+    assert caught.value.code() == grpc.StatusCode.INTERNAL
+    assert caught.value.details() == "Failed to parse request: not a tensorflow.serving.PredictRequest"
+
+
+def test_help_describes_every_flag() -> None:
+    from serving.model_servers import flags
+
+    parser = flags._build_parser()
+    undocumented = [a.dest for a in parser._actions if a.dest != "help" and not a.help]
+    assert undocumented == []
+    text = parser.format_help()
+    # TF Serving's own words where the flag is TF Serving's (main.cc).
+    assert "Interval in seconds between each poll of the filesystem for new model version." in " ".join(
+        text.split()
+    )
+
+
+def test_flags_refuse_negative_limits() -> None:
+    from serving.model_servers import flags
+
+    with pytest.raises(flags.FlagError, match="--rest_api_max_body_bytes must be >= 0"):
+        flags.parse_flags(["--model_base_path=/m", "--rest_api_max_body_bytes=-1"])
+    limits = flags.request_limits(
+        flags.parse_flags(["--model_base_path=/m", "--max_request_elements=0"])
+    )
+    assert limits.max_elements is None
