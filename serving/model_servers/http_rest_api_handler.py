@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import NamedTuple
+from typing import Any, NamedTuple
 from urllib.parse import unquote
 
 import numpy as np
@@ -45,6 +45,7 @@ from serving.servables.tensorflow.inference_runner import InferenceService
 from serving.servables.tensorflow.predict_impl import PredictService
 from serving.util import json_example, json_tensor
 from serving.util.errors import Code, ServingError
+from serving.util.executor import BlockingExecutor
 from serving.util.request_limits import RequestLimits
 
 __all__ = ["CORS_HEADERS", "HttpRestApiHandler", "error_json", "json_response"]
@@ -60,6 +61,7 @@ _MODEL_STATUS_API = re.compile(
     re.IGNORECASE,
 )
 _INT64_MAX = 2**63 - 1
+_PARSE_INLINE_BYTES = 64 * 1024
 _JSON = "application/json"
 CORS_HEADERS: Mapping[str, str] = {
     "Access-Control-Allow-Origin": "*",
@@ -93,9 +95,12 @@ class HttpRestApiHandler:
         timeout_ms: int | None,
         enable_cors: bool,
         limits: RequestLimits | None = None,
+        executor: BlockingExecutor | None = None,
     ) -> None:
         """``limits`` bound each request's decoded elements (``--max_request_elements``); its
-        body's size and time are held where it is read (:mod:`serving.model_servers.http_limits`)."""
+        body's size and time are held where it is read (:mod:`serving.model_servers.http_limits`).
+        ``executor`` parses large bodies off the event loop (none: all on it)."""
+        self._executor = executor
         self._limits = limits if limits is not None else RequestLimits()
         self._predictor = predictor
         self._inference = inference
@@ -143,7 +148,7 @@ class HttpRestApiHandler:
         The JSON is parsed before the servable is looked up (a malformed body is a 400 even for
         an unknown model); GetInfoMap, decoding and the prediction share one lookup.
         """
-        doc = json_tensor.parse_json(body)
+        doc = await self._parse(body)
         signature = json_tensor.signature_name(doc)
         spec = model.spec(signature)
 
@@ -162,20 +167,29 @@ class HttpRestApiHandler:
     async def _classify(self, model: _ModelInfo, body: bytes) -> Response:
         """``ProcessClassifyRequest``: JSON -> tf.Examples, classify, JSON."""
         response = await self._inference.classify(
-            self._example_request(model, body), timeout_ms=self._timeout_ms
+            await self._example_request(model, body), timeout_ms=self._timeout_ms
         )
         return self._ok(json_example.encode_classification_result(response.result))
 
     async def _regress(self, model: _ModelInfo, body: bytes) -> Response:
         """``ProcessRegressRequest``: JSON -> tf.Examples, regress, JSON."""
         response = await self._inference.regress(
-            self._example_request(model, body), timeout_ms=self._timeout_ms
+            await self._example_request(model, body), timeout_ms=self._timeout_ms
         )
         return self._ok(json_example.encode_regression_result(response.values))
 
-    def _example_request(self, model: _ModelInfo, body: bytes) -> ExampleRequest:
+    async def _parse(self, body: bytes) -> dict[str, Any]:
+        """``ParseJson``; a large body is parsed on the request threads, so that a body only the
+        slow parsers take (deep nesting: pure Python, linear but ~1 s per MB) shares the GIL
+        with the event loop instead of stopping it. Small ones parse here: the hop would cost
+        more than the parse."""
+        if self._executor is None or len(body) < _PARSE_INLINE_BYTES:
+            return json_tensor.parse_json(body)
+        return await self._executor.run(json_tensor.parse_json, body)
+
+    async def _example_request(self, model: _ModelInfo, body: bytes) -> ExampleRequest:
         """``FillClassificationRequestFromJson`` / ``FillRegressionRequestFromJson``."""
-        signature, examples = json_example.decode_example_request(body)
+        signature, examples = json_example.decode_example_document(await self._parse(body))
         self._limits.check_elements(len(examples), "tf.Examples")
         return ExampleRequest(model.spec(signature), examples)
 

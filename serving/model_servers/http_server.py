@@ -42,6 +42,7 @@ from serving.servables.tensorflow.inference_runner import InferenceService
 from serving.servables.tensorflow.predict_impl import PredictService
 from serving.util import metrics
 from serving.util.errors import Code, LimitExceeded, ServingError, from_exception
+from serving.util.executor import BlockingExecutor
 from serving.util.request_limits import RequestLimits
 
 __all__ = ["RestServer", "bind", "create_app"]
@@ -60,6 +61,7 @@ def create_app(
     prometheus: tuple[str, Callable[[], bytes]] | None = None,
     limits: RequestLimits | None = None,
     on_limit: LimitCallback | None = None,
+    executor: BlockingExecutor | None = None,
 ) -> ASGIApp:
     """The REST API over ``predictor`` (predict), ``inference`` (classify, regress) and
     ``manager`` (status, metadata).
@@ -70,10 +72,13 @@ def create_app(
     (``--monitoring_config_file``; :mod:`serving.util.metrics`), as TF Serving's HTTP server does.
     ``limits`` holds request bodies to their size and time limits (:class:`~serving.model_servers.
     http_limits.RequestLimitsMiddleware`); every request refused for a limit is passed to ``on_limit``.
+    ``executor`` parses large bodies off the event loop.
     """
     limits = limits if limits is not None else RequestLimits()
     report: LimitCallback = on_limit if on_limit is not None else _ignore
-    handler = HttpRestApiHandler(predictor, inference, manager, timeout_ms, enable_cors, limits)
+    handler = HttpRestApiHandler(
+        predictor, inference, manager, timeout_ms, enable_cors, limits, executor
+    )
     headers = dict(CORS_HEADERS) if enable_cors else {}
 
     async def on_serving_error(request: Request, exc: Exception) -> Response:

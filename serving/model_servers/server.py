@@ -202,6 +202,7 @@ def build(options: ServerOptions, config: ModelServerConfig) -> ModelServer:
             prometheus=(metrics_path, metrics.render) if metrics_path is not None else None,
             limits=limits,
             on_limit=functools.partial(_count_limit, metrics, "REST"),
+            executor=request_executor,
         )
         sock = bind(options.rest_api_host, options.rest_api_port)
         front_ends.append(

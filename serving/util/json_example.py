@@ -79,6 +79,7 @@ from serving.util.json_tensor import (
 )
 
 __all__ = [
+    "decode_example_document",
     "decode_example_request",
     "encode_classification_result",
     "encode_regression_result",
@@ -103,7 +104,12 @@ def decode_example_request(body: bytes) -> tuple[str, np.ndarray]:
     got JSON Array``, ``Feature: x has element with unexpected JSON type: Null``, ``Unexpected
     element type in feature: x expecting type: float``.
     """
-    doc = parse_json(body)
+    return decode_example_document(parse_json(body))
+
+
+def decode_example_document(doc: dict[str, Any]) -> tuple[str, np.ndarray]:
+    """:func:`decode_example_request` of a body already parsed (:func:`~serving.util.json_tensor.
+    parse_json`)."""
     signature = signature_name(doc)
     context: bytes | None = None
     if _CONTEXT_KEY in doc:

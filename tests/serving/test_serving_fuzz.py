@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import base64
 import json
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import grpc
+import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -230,3 +232,34 @@ def test_grpc_answers_hostile_messages_as_tf_serving(
         assert "<class" not in details and "Traceback" not in details, details
     elapsed = time.monotonic() - started
     assert elapsed < ANSWER_BOUND_S, (elapsed, method, payload[:200])
+
+
+def test_a_body_only_the_slow_parser_takes_does_not_stop_other_clients(server: ExampleServer) -> None:
+    # 4 MB of `[1,` nested a million deep under a key nobody reads: valid for TF Serving
+    # (rapidjson parses iteratively), too deep for orjson and the json module, so it goes to the
+    # pure-Python parser -- seconds of work, done on the request threads, not the event loop.
+    depth = 1_000_000
+    body = b'{"instances": [' + json.dumps(FRAUD_ROW).encode() + b'], "x":' + b"[1," * depth
+    body += b"1" + b"]" * depth + b"}"
+    outcome: dict[str, Any] = {}
+
+    def send() -> None:
+        started = time.monotonic()
+        with httpx.Client(timeout=120) as client:
+            response = client.post(f"http://127.0.0.1:{server.rest_port}/v1/models/fraud:predict", content=body)
+        outcome["status"] = response.status_code
+        outcome["seconds"] = time.monotonic() - started
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    worst = 0.0
+    answered = 0
+    while sender.is_alive():
+        started = time.monotonic()
+        assert server.rest.post("/v1/models/fraud:predict", json={"instances": [FRAUD_ROW]}).status_code == 200
+        worst = max(worst, time.monotonic() - started)
+        answered += 1
+    sender.join()
+    assert outcome["status"] == 200
+    # The deep body took its seconds; meanwhile the others were answered, each well within them.
+    assert answered >= 5 and worst < max(1.0, outcome["seconds"] / 3), (answered, worst, outcome)
