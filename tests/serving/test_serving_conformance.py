@@ -232,7 +232,7 @@ def test_rest_classify_versions_and_labels(server: Server) -> None:
         (
             {"examples": [{"x": 2**63}]},
             400,
-            "Feature: x has uint64 element. Only int64 is supported.",
+            "Feature: x has uint64_t element. Only int64_t is supported.",
         ),
         ({"context": [], "examples": [{"x": 1.0}]}, 400, "Example must be JSON object"),
     ],

@@ -80,7 +80,19 @@ def test_every_metric_has_a_type_line_before_any_sample() -> None:
         (":tensorflow:serving:batching_session:padding_size", "histogram"),
         (":tensorflow:cc:saved_model:load_attempt_count", "counter"),
         (":tensorflow:cc:saved_model:load_latency", "counter"),
+        (":tensorflow:serving:request_limit_exceeded_count", "counter"),
     ]
+
+
+def test_limit_exceeded_counter() -> None:
+    metrics = ServingMetrics()
+    metrics.record_limit_exceeded("REST", "body_bytes")
+    metrics.record_limit_exceeded("REST", "body_bytes")
+    metrics.record_limit_exceeded("GRPC", "elements")
+    page = metrics.render().decode()
+    name = ":tensorflow:serving:request_limit_exceeded_count"
+    assert f'{name}{{entrypoint="REST",reason="body_bytes"}} 2\n' in page
+    assert f'{name}{{entrypoint="GRPC",reason="elements"}} 1\n' in page
 
 
 def test_batching_and_load_metrics() -> None:
