@@ -54,6 +54,12 @@ Load generators, on the CPU the server does not use (CPU 1; with a 2-core server
   pre-serialized requests (the pool of 64) back to back. Python is slow enough to be the limit
   (its ceiling is 3,200-6,200 calls/s here, close to what is measured).
 
+Then the row **serving under a hostile neighbour** (``neighbour``; REST, batching off, 2 cores):
+a well-behaved client's one-row ``:predict`` requests at ``--neighbour-rate`` per second (open
+loop), quiet and then while another client sends the largest body the server's default limits
+allow, back to back; it prints both answers/s and p99 and whether the p99 beside the neighbour
+stayed within 2x the quiet one (held / NOT held). ``--neighbour-rate 0`` skips it.
+
 The ceiling of whichever gRPC generator is used is measured first against a no-op gRPC server
 (``null-server`` subcommand, grpc.aio, canned answer, on the server's CPU) and printed beside the
 results. That no-op server is Python too: when the generator's CPU in that row is well under one
@@ -63,7 +69,8 @@ generator was to its one CPU.
 
 Modules: ``workload`` (rows, REST bodies, gRPC requests), ``server`` (starting the server),
 ``h2load`` and ``grpc_loadgen`` (the gRPC generators), ``grpc_load`` (driving either),
-``counters`` (the server's Prometheus counters), ``runs`` (one run each), ``result`` and
+``counters`` (the server's Prometheus counters), ``runs`` (one run each), ``neighbour`` (the
+hostile-neighbour row), ``result`` and
 ``report`` (the table and the goals), ``__main__`` (the command line).
 
 Results: a table on stdout and ``bench/results/serving-tier-<UTC time>.json``. Goals (the serving

@@ -18,11 +18,13 @@ from bench.processes import REPO, SetupError
 from bench.serving_tier import __doc__ as PACKAGE_DOC
 from bench.serving_tier.grpc_load import Generator, choose_generator
 from bench.serving_tier.grpc_loadgen import drive, null_server
+from bench.serving_tier.neighbour import NeighbourRun, largest_request, neighbour_lines, run_neighbour
 from bench.serving_tier.report import goals, table
 from bench.serving_tier.result import Run
 from bench.serving_tier.runs import grpc_ceiling, profile_server, run_grpc, run_rest
 from bench.serving_tier.server import TUNED_BATCHING, Config, serving
-from bench.serving_tier.workload import POOL_REQUESTS, write_rest_pool
+from bench.serving_tier.workload import POOL_REQUESTS, feature_rows, write_rest_pool
+from serving.model_servers.flags import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_REQUEST_ELEMENTS
 
 RESULTS_DIR = REPO / "bench" / "results"
 
@@ -65,6 +67,27 @@ def benchmark(args: argparse.Namespace) -> int:
             if grpc_on and args.profile and config.batching == "tuned" and len(config.cpus) == 1:
                 say(f"{config.label}: profiling the server with py-spy during gRPC saturation")
                 profile = profile_server(grpc_target, proc, args, workdir)
+    neighbour: NeighbourRun | None = None
+    if rest_on and args.neighbour_rate > 0:
+        # The largest body the server's default limits allow, from the same rows as the pools.
+        body, rows = largest_request(
+            feature_rows(256), DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_REQUEST_ELEMENTS
+        )
+        config = Config(tuple(args.server_cpus_one if args.one_core_only else args.server_cpus_two), "off")
+        say(f"starting the server: {config.label} (hostile neighbour)")
+        with serving(config, workdir) as (_, rest, _):
+            pool = pools.get(1) or write_rest_pool(workdir / "rest-1.jsonl", 1)
+            neighbour = run_neighbour(
+                rest,
+                pool,
+                body,
+                rows,
+                rate_rps=args.neighbour_rate,
+                duration_s=args.duration,
+                warmup_s=args.warmup,
+                load_cpus=tuple(args.load_cpus),
+                say=say,
+            )
     found = goals(runs)
     report = {
         "when": stamp,
@@ -89,6 +112,7 @@ def benchmark(args: argparse.Namespace) -> int:
         "runs": [asdict(run) for run in runs],
         "goals": found,
         "profile": profile,
+        "hostile_neighbour": asdict(neighbour) if neighbour is not None else None,
     }
     out = RESULTS_DIR / f"serving-tier-{stamp}.json"
     out.write_text(json.dumps(report, indent=2, default=str) + "\n")
@@ -102,6 +126,9 @@ def benchmark(args: argparse.Namespace) -> int:
             continue
         mark = "held" if goal["held"] else "NOT held"
         print(f"goal {goal['goal']}: {goal['measured']:,} ({goal['where']}) -- {mark}")
+    if neighbour is not None:
+        print()
+        print("\n".join(neighbour_lines(neighbour)))
     if profile and "self" in profile:
         print("\nserver profile at gRPC saturation (1 core, batching tuned), self time:")
         for name, share in profile["self"][:12]:
@@ -153,6 +180,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--rows", type=int, nargs="+", default=[1, 256])
     parser.add_argument("--one-core-only", action="store_true", help="skip the 2-core server")
+    parser.add_argument(
+        "--neighbour-rate",
+        type=float,
+        default=500.0,
+        help="the well-behaved client's requests/s in the hostile-neighbour row (0: skip the row)",
+    )
     parser.add_argument(
         "--profile", action="store_true", help="py-spy the 1-core tuned-batching server"
     )

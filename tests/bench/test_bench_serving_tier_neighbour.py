@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import orjson
 
-from bench.serving_neighbour import NeighbourRun, largest_request, neighbour_lines
+from bench.serving_tier.neighbour import NeighbourRun, largest_request, neighbour_lines
 
 
 def test_largest_request_fits_both_limits() -> None:
@@ -21,7 +21,7 @@ def test_largest_request_fits_both_limits() -> None:
 
 
 def test_neighbour_lines_say_held_or_not() -> None:
-    run = NeighbourRun(8, 5.0, 12_000_000, 140_000, 900.0, 2.0, 8.0, 400.0, 30.0, 310.0)
+    run = NeighbourRun(500.0, 5.0, 12_000_000, 140_000, 500.0, 2.0, 8.0, 400.0, 30.0, 310.0)
     run.neighbour_answers = {"200": 14}
     run.ratio, run.held = 310.0 / 8.0, False
     text = "\n".join(neighbour_lines(run))

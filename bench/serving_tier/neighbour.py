@@ -1,15 +1,16 @@
-"""The serving tier under a hostile neighbour: a well-behaved client's answers while another client
-sends the largest requests the server allows.
+"""The row "serving under a hostile neighbour": a well-behaved client's answers while another
+client sends the largest requests the server allows.
 
-The well-behaved client is wrk's closed loop (``bench.load``) on ``:predict`` with one-row fraud
-requests, run twice for the same time: quiet, then while a neighbour sends, back to back on one
-connection of its own, the largest ``:predict`` body the server's limits allow
-(``--rest_api_max_body_bytes``, ``--max_request_elements``; :func:`largest_request`). The row
-gives the well-behaved client's answers/s and p99 both times and says whether its p99 stayed
-within :data:`P99_GOAL_RATIO` x its quiet p99 (``held`` / ``NOT held``), with the neighbour's own
-count of answers and their statuses. What the neighbour costs the server is the event-loop time
-of its requests: its JSON is parsed, decoded and its answer encoded in Python, and the loop
-serves no one else meanwhile.
+The well-behaved client is ``bench.loadgen``'s open loop (Poisson arrivals at ``--neighbour-rate``,
+latency from each request's intended send time, so a stalled server is not hidden by a client that
+waits) on ``:predict`` with one-row fraud requests, run twice with the same timetable: quiet, then
+while a neighbour sends, back to back on one connection of its own, the largest ``:predict`` body
+the server's default limits allow (``--rest_api_max_body_bytes``, ``--max_request_elements``;
+:func:`largest_request`). The row gives the well-behaved client's answers/s and p99 both times
+and whether its p99 stayed within :data:`P99_GOAL_RATIO` x its quiet p99 (``held`` / ``NOT
+held``), with the neighbour's own count of answers by status. What the neighbour costs the others
+is the event-loop time of its requests: its JSON is parsed, decoded and its answer encoded in
+Python while the loop serves no one else.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ import httpx
 import numpy as np
 import orjson
 
-from bench.load import LoadSettings, run_closed_loop
+from bench.load import LoadSettings, OpenLoopResult, run_open_loop
+from bench.serving_tier.workload import CALL_TIMEOUT_S, MODEL_NAME, N_FEATURES
 
 __all__ = [
     "P99_GOAL_RATIO",
@@ -38,10 +40,12 @@ __all__ = [
 ]
 
 P99_GOAL_RATIO = 2.0
-N_FEATURES = 11
+SEED = 2026
 
 
-def largest_request(rows: np.ndarray, max_body_bytes: int | None, max_elements: int | None) -> tuple[bytes, int]:
+def largest_request(
+    rows: np.ndarray, max_body_bytes: int | None, max_elements: int | None
+) -> tuple[bytes, int]:
     """The largest ``{"instances": [[11 floats], ...]}`` body within both limits, its rows taken
     cyclically from ``rows`` (float32 ``[n, 11]``). Returns ``(body, rows in it)``."""
     by_elements = (max_elements // N_FEATURES) if max_elements else 10**9
@@ -94,7 +98,7 @@ class HostileNeighbour:
 class NeighbourRun:
     """The row: the well-behaved client quiet and beside the neighbour (latencies in ms)."""
 
-    connections: int
+    rate_rps: float  # the well-behaved client's offered load
     duration_s: float
     neighbour_body_bytes: int
     neighbour_rows: int
@@ -112,35 +116,33 @@ class NeighbourRun:
 
 
 def run_neighbour(
-    url: str,
+    rest: str,
     pool: Path,
     body: bytes,
     rows: int,
     *,
-    connections: int,
+    rate_rps: float,
     duration_s: float,
     warmup_s: float,
     load_cpus: tuple[int, ...],
-    timeout_s: float,
     say: Callable[[str], None] = print,
 ) -> NeighbourRun:
-    """Quiet run, then the same run beside a :class:`HostileNeighbour` sending ``body``."""
-    run = NeighbourRun(connections, duration_s, len(body), rows)
-    load = LoadSettings(url=url, pool=pool, cpus=load_cpus, timeout_s=timeout_s)
-    run_closed_loop(load, connections=connections, duration_s=warmup_s)
-    say(f"hostile neighbour: quiet, {connections} connections, {duration_s:g} s")
-    quiet = run_closed_loop(load, connections=connections, duration_s=duration_s).summary
+    """Quiet run, then the same timetable beside a :class:`HostileNeighbour` sending ``body``."""
+    url = f"{rest}/v1/models/{MODEL_NAME}:predict"
+    run = NeighbourRun(rate_rps, duration_s, len(body), rows)
+    load = LoadSettings(url=url, pool=pool, cpus=load_cpus, timeout_s=CALL_TIMEOUT_S)
+    run_open_loop(load, rate_rps=rate_rps, duration_s=warmup_s, seed=SEED)
+    say(f"hostile neighbour: quiet, {rate_rps:g} requests/s for {duration_s:g} s")
+    quiet = run_open_loop(load, rate_rps=rate_rps, duration_s=duration_s, seed=SEED)
     neighbour = HostileNeighbour(url, body)
     say(f"hostile neighbour: beside {len(body) / 1e6:.1f} MB requests ({rows:,} rows)")
     with neighbour.sending():
         time.sleep(min(2.0, warmup_s))  # its first requests are under way
-        hostile = run_closed_loop(load, connections=connections, duration_s=duration_s).summary
-    run.quiet_rps, run.hostile_rps = quiet.rps, hostile.rps
-    run.quiet_p50_ms, run.quiet_p99_ms = quiet.percentiles_ms.get("50"), quiet.percentiles_ms.get("99")
-    run.hostile_p50_ms = hostile.percentiles_ms.get("50")
-    run.hostile_p99_ms = hostile.percentiles_ms.get("99")
+        beside = run_open_loop(load, rate_rps=rate_rps, duration_s=duration_s, seed=SEED)
+    run.quiet_rps, run.quiet_p50_ms, run.quiet_p99_ms = _figures(quiet)
+    run.hostile_rps, run.hostile_p50_ms, run.hostile_p99_ms = _figures(beside)
     errors = {k: v for k, v in asdict(quiet.errors).items() if v}
-    errors.update({f"beside:{k}": v for k, v in asdict(hostile.errors).items() if v})
+    errors.update({f"beside:{k}": v for k, v in asdict(beside.errors).items() if v})
     run.errors = errors
     run.neighbour_answers = dict(neighbour.statuses)
     if neighbour.seconds:
@@ -149,6 +151,13 @@ def run_neighbour(
         run.ratio = run.hostile_p99_ms / run.quiet_p99_ms
         run.held = run.ratio <= P99_GOAL_RATIO and not errors
     return run
+
+
+def _figures(result: OpenLoopResult) -> tuple[float, float | None, float | None]:
+    """(answers/s, p50 ms, p99 ms) of one open-loop run."""
+    if result.latency is None:
+        return result.achieved_rps, None, None
+    return result.achieved_rps, result.latency.p50_ms, result.latency.p99_ms
 
 
 def neighbour_lines(run: NeighbourRun) -> list[str]:
@@ -162,8 +171,8 @@ def neighbour_lines(run: NeighbourRun) -> list[str]:
     answers = ", ".join(f"{status}: {count}" for status, count in sorted(run.neighbour_answers.items()))
     mean = "-" if run.neighbour_mean_s is None else f"{run.neighbour_mean_s * 1000:.0f} ms each"
     return [
-        "serving under a hostile neighbour (REST :predict, 1-row requests, "
-        f"{run.connections} connections, {run.duration_s:g} s each):",
+        "serving under a hostile neighbour (REST :predict, 1-row requests at "
+        f"{run.rate_rps:g}/s, open loop, {run.duration_s:g} s each):",
         f"  quiet:        {run.quiet_rps:8.0f} answers/s  p50 {ms(run.quiet_p50_ms)}  p99 {ms(run.quiet_p99_ms)}",
         f"  beside it:    {run.hostile_rps:8.0f} answers/s  p50 {ms(run.hostile_p50_ms)}  p99 {ms(run.hostile_p99_ms)}",
         f"  neighbour:    {run.neighbour_body_bytes / 1e6:.1f} MB bodies ({run.neighbour_rows:,} rows), "
