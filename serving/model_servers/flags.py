@@ -75,11 +75,13 @@ def _flag(default: Any, help: str) -> Any:  # noqa: A002 - argparse's word
 
 #: The request limits' defaults (flags of ours: TF Serving has none of these). A REST body costs
 #: the event loop its parse, decode and answer, and the loop serves no one else meanwhile:
-#: measured on a shared 2-core machine, a 1 MiB fraud body (7,300 rows) took ~12 ms and a
-#: neighbour sending them back to back left a well-behaved client's p99 within 2x of its quiet
-#: p99 (7.9 -> 13.1 ms); 16 MiB bodies took ~240 ms each and did not. The head limit is 4x what
-#: most HTTP servers allow (nginx 8 KiB per line, Node 16 KiB). The element cap (64 MiB of
-#: float32; 100 images of 224x224x3) is what bounds a gRPC request's tensors before they are
+#: measured on a shared 2-core machine, a 1 MiB fraud body (7,300 rows) takes ~10-12 ms, a
+#: 16 MiB one ~240 ms. No size keeps a client that sends such bodies back to back from costing
+#: the others (make bench-serving's hostile-neighbour row: one-row requests at 500/s had a p99
+#: of 4.8 ms quiet, 49.8 ms beside 1 MiB bodies, 2.5x beside 256 KiB ones); 1 MiB bounds that
+#: cost to ~10 ms a request while leaving room for batches and small images. The head limit is
+#: 4x what most HTTP servers allow (nginx 8 KiB per line, Node 16 KiB). The element cap (64 MiB
+#: of float32; 100 images of 224x224x3) is what bounds a gRPC request's tensors before they are
 #: allocated.
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 DEFAULT_MAX_HEADER_BYTES = 64 * 1024
