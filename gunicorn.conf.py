@@ -19,21 +19,52 @@ prints the resulting budget next to the serving tier's threads.
 
 Metrics: the workers share one Prometheus multiprocess directory
 (`PROMETHEUS_MULTIPROC_DIR`, see `api.metrics`). When the variable is unset a fresh
-temporary directory is made and removed at exit; when it is set, its old `*.db` files
-are removed at start, as prometheus-client requires. Both happen here, in the master,
-before `preload_app` imports the app (prometheus-client reads the variable at import).
+temporary directory is made and removed when the master exits, a failed start included;
+when it is set, its old `*.db` files are removed at start, as prometheus-client requires.
+Both happen first thing here, in the master: prometheus-client picks in-memory or
+multiprocess values once, when it is first imported, and importing `api.http_server`
+below already imports it (through `api.metrics`).
 
 This file is executed by gunicorn only; everything it does is for the server it starts.
 """
 
+import atexit
 import gc
 import os
 import shutil
 import tempfile
 from pathlib import Path
 
-from api.cpu_budget import THREAD_ENV_VARS, available_cpus, threads_per_worker, web_concurrency
-from api.http_server.limits import raise_open_files_limit
+# --- Prometheus multiprocess directory (before any import of prometheus_client) ------
+_MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+# Marks the directory as prepared by this master, so a config reload (SIGHUP re-reads
+# this file) does not wipe the files of running workers.
+_PREPARED_ENV = "API_PROMETHEUS_DIR_PREPARED_BY"
+
+
+def _remove_dir_made_by(path: str, master_pid: int) -> None:
+    """At the master's exit, remove the metrics directory it made (forked workers inherit
+    this exit handler, and must not remove it while the others still write there)."""
+    if os.getpid() == master_pid:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+if os.environ.get(_PREPARED_ENV) != str(os.getpid()):
+    if os.environ.get(_MULTIPROC_ENV):
+        _dir = Path(os.environ[_MULTIPROC_ENV])
+        _dir.mkdir(parents=True, exist_ok=True)
+        for _stale in _dir.glob("*.db"):
+            _stale.unlink()
+    else:
+        os.environ[_MULTIPROC_ENV] = tempfile.mkdtemp(prefix="api-prometheus-")
+        # atexit, not gunicorn's on_exit hook: that one is not called when the preloaded
+        # app fails to build (a configuration error), which left an empty directory behind.
+        atexit.register(_remove_dir_made_by, os.environ[_MULTIPROC_ENV], os.getpid())
+    os.environ[_PREPARED_ENV] = str(os.getpid())
+
+# Only now: these import prometheus_client (see the module doc).
+from api.cpu_budget import THREAD_ENV_VARS, available_cpus, threads_per_worker, web_concurrency  # noqa: E402
+from api.http_server.limits import raise_open_files_limit  # noqa: E402
 
 # A container's default soft limit (often 1024) would otherwise cap the connections a
 # worker can accept; each worker's `worker_connections` is held below it.
@@ -64,25 +95,6 @@ accesslog = None
 # and nothing here uses it. (Older gunicorn ignores the unknown setting.)
 control_socket_disable = True
 
-# --- Prometheus multiprocess directory ---------------------------------------------
-_MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
-# Marks the directory as prepared by this master, so a config reload (SIGHUP re-reads
-# this file) does not wipe the files of running workers; and which one it made itself.
-_PREPARED_ENV = "API_PROMETHEUS_DIR_PREPARED_BY"
-_OWNED_ENV = "API_PROMETHEUS_DIR_OWNED"
-
-if os.environ.get(_PREPARED_ENV) != str(os.getpid()):
-    if os.environ.get(_MULTIPROC_ENV):
-        _dir = Path(os.environ[_MULTIPROC_ENV])
-        _dir.mkdir(parents=True, exist_ok=True)
-        for _stale in _dir.glob("*.db"):
-            _stale.unlink()
-    else:
-        os.environ[_MULTIPROC_ENV] = os.environ[_OWNED_ENV] = tempfile.mkdtemp(
-            prefix="api-prometheus-"
-        )
-    os.environ[_PREPARED_ENV] = str(os.getpid())
-
 
 def pre_fork(server, worker):
     """Freeze the preloaded heap out of the garbage collector's reach before each fork.
@@ -100,10 +112,3 @@ def child_exit(server, worker):
     from prometheus_client import multiprocess
 
     multiprocess.mark_process_dead(worker.pid)
-
-
-def on_exit(server):
-    """Remove the metrics directory this master made (not one it was given)."""
-    owned = os.environ.get(_OWNED_ENV)
-    if owned and owned == os.environ.get(_MULTIPROC_ENV):
-        shutil.rmtree(owned, ignore_errors=True)
