@@ -5,10 +5,12 @@ running `api.http_server.ApiHttpProtocol`, which enforces gunicorn's `limit_requ
 (414), `limit_request_fields` and `limit_request_field_size` (431), `worker_connections`
 (open connections per worker; the connection idle longest makes room) and `keepalive`
 (seconds a connection may stay open without a request, before its first one too), plus
-`API_MAX_HEADER_BYTES` (whole request head, default 32768; 431) and `API_HEADER_TIMEOUT_S`
-(seconds from a request's first byte to the end of its head, default 10; 408). The
-open-files soft limit is raised to the hard limit here, in the master, before the
-listening socket is opened; the workers inherit it.
+`API_MAX_HEADER_BYTES` (whole request head, default 32768; 431), `API_HEADER_TIMEOUT_S`
+(seconds from a request's first byte to the end of its head, default 10; 408) and
+`API_SHUTDOWN_DRAIN_S` (on SIGTERM, seconds an idle connection stays open to answer a
+request already on its way, with `Connection: close`; default 1, at most half of
+`graceful_timeout`). The open-files soft limit is raised to the hard limit here, in the
+master, before the listening socket is opened; the workers inherit it.
 
 Workers: `WEB_CONCURRENCY`, else one per CPU of the container's quota (cgroup v2
 `cpu.max` / v1 CFS quota, see `api.cpu_budget`), not the host's cores. Each worker is

@@ -6,7 +6,7 @@ It differs from `uvicorn_worker.UvicornWorker` in the HTTP protocol: uvicorn's
 httptools protocol with the limits of `ConnectionLimits`, taken from gunicorn's own
 settings (`limit_request_line`, `limit_request_fields`, `limit_request_field_size`,
 `worker_connections`; `keepalive` is uvicorn's keep-alive timeout already) and from
-`API_HEADER_TIMEOUT_S` and `API_MAX_HEADER_BYTES`; and in the listening sockets it hands
+`API_HEADER_TIMEOUT_S`, `API_MAX_HEADER_BYTES` and `API_SHUTDOWN_DRAIN_S`; and in the listening sockets it hands
 uvicorn (`run`).
 """
 
