@@ -313,7 +313,13 @@ def test_signature_mismatches_name_dtype_and_shape() -> None:
     )
     assert signature_mismatches(CIRCLE.signature, served) == [
         "input 'xy' is DT_DOUBLE, the route declares DT_FLOAT",
-        "output 'score' has shape [-1, 1], the route declares [batch, ]",
+        "output 'score' has shape [-1, 1], the route declares [batch]",  # a scalar per example
+    ]
+    wrong_width = SignatureInfo(
+        inputs={"xy": TensorInfo(DataType.DT_FLOAT, (-1, 3))}, outputs={"score": TensorInfo(DataType.DT_FLOAT, (-1,))}
+    )
+    assert signature_mismatches(CIRCLE.signature, wrong_width) == [
+        "input 'xy' has shape [-1, 3], the route declares [batch, 2]"
     ]
     unknown_rank = SignatureInfo(
         inputs={"xy": TensorInfo(DataType.DT_FLOAT, None)}, outputs={"score": TensorInfo(DataType.DT_FLOAT, (-1,))}
