@@ -160,20 +160,18 @@ api_pid=$!
 
 # Report readiness once the API itself answers /readyz; meanwhile print the reason it
 # gives, once per change (api/readiness_wait.py; it polls every 2 s at most, so its own
-# requests do not fill the access log). In the background and waited for, so SIGTERM is
-# handled while waiting.
+# requests do not fill the access log). In the background and waited for together with
+# the API, so the API exiting, or SIGTERM, ends the wait at once.
 api_url="http://127.0.0.1:${API_PORT}"
-(cd "$HERE" && exec "$PYTHON" -m api.readiness_wait "$api_url/readyz" --pid "$api_pid" \
-  --timeout-s $(( deadline + 60 - SECONDS ))) &
+(cd "$HERE" && exec "$PYTHON" -m api.readiness_wait "$api_url/readyz" --timeout-s $(( deadline + 60 - SECONDS ))) &
 waiter_pid=$!
 waited=0
-wait "$waiter_pid" || waited=$?
+wait -n "$waiter_pid" "$api_pid" || waited=$?
+if ! kill -0 "$api_pid" 2>/dev/null; then
+  log "API exited before it was ready"; stop_all; exit 1
+fi
 waiter_pid=
-case $waited in
-  0) ;;
-  1) log "API exited before it was ready"; stop_all; exit 1 ;;
-  *) log "API not ready in time"; stop_all; exit 1 ;;
-esac
+if (( waited != 0 )); then log "API not ready in time"; stop_all; exit 1; fi
 if [[ "${SERVING_PROTOCOL:-rest}" == "grpc" ]]; then
   serving_at="gRPC $SERVING_GRPC_TARGETS"
 else

@@ -1,6 +1,6 @@
 """Wait until the API answers `GET /readyz` 200, saying why not meanwhile (`run-server.sh`).
 
-    python -m api.readiness_wait http://127.0.0.1:8000/readyz --pid 1234 --timeout-s 180
+    python -m api.readiness_wait http://127.0.0.1:8000/readyz --timeout-s 180
 
 Polls `/readyz` with a growing interval (`FIRST_INTERVAL_S`, doubling up to
 `MAX_INTERVAL_S`): a start that takes a second is seen at once, and an API that never gets
@@ -9,21 +9,19 @@ the API gives changes (the 503's `detail`, e.g. `not ready: fraud: version 1 has
 signature 'scores' (it has: serving_default)`), one line says so on stderr: the reason is
 printed once per change, not per poll.
 
-Exit status: 0 ready; 1 the process `--pid` exited first; 2 not ready within `--timeout-s`.
-Stdlib only: it runs before, and beside, the API.
+Exit status: 0 ready; 2 not ready within `--timeout-s`. (`run-server.sh` also stops it when
+the API exits.) Stdlib only: it runs before, and beside, the API.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from pathlib import Path
 from typing import Final
 
 FIRST_INTERVAL_S: Final = 0.25
@@ -55,14 +53,13 @@ def probe(url: str, timeout_s: float = PROBE_TIMEOUT_S) -> tuple[bool, str | Non
 def wait_ready(
     url: str,
     *,
-    alive: Callable[[], bool],
     timeout_s: float,
     report: Callable[[str], None],
     probe: Callable[[str], tuple[bool, str | None]] = probe,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> int:
-    """Poll `url` until ready (0), `alive()` is false (1) or `timeout_s` passed (2).
+    """Poll `url` until ready (0) or `timeout_s` passed (2).
 
     `report(reason)` is called with each new reason the API gives for not being ready,
     never twice in a row with the same one.
@@ -77,33 +74,15 @@ def wait_ready(
         if reason is not None and reason != last:
             report(reason)
             last = reason
-        if not alive():
-            return 1
         if clock() >= deadline:
             return 2
         sleep(min(interval, max(0.0, deadline - clock())))
         interval = min(interval * 2, MAX_INTERVAL_S)
 
 
-def _pid_alive(pid: int) -> bool:
-    """True while `pid` runs (an exited process its parent has not reaped yet does not)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True  # no /proc: what kill() said
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("url", help="the API's /readyz URL")
-    parser.add_argument("--pid", type=int, required=True, help="the API's process: stop waiting when it exits")
     parser.add_argument("--timeout-s", type=float, required=True, help="give up after this long, seconds")
     parser.add_argument("--log-prefix", default="run-server: ", help="prefix of each line written")
     args = parser.parse_args(argv)
@@ -111,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     def report(reason: str) -> None:
         print(f"{args.log_prefix}API not ready yet: {reason}", file=sys.stderr, flush=True)
 
-    return wait_ready(args.url, alive=lambda: _pid_alive(args.pid), timeout_s=args.timeout_s, report=report)
+    return wait_ready(args.url, timeout_s=args.timeout_s, report=report)
 
 
 if __name__ == "__main__":

@@ -25,10 +25,9 @@ class Script:
         self.sleeps.append(seconds)
         self.now += seconds
 
-    def run(self, *, alive: bool = True, timeout_s: float = 60.0) -> int:
+    def run(self, *, timeout_s: float = 60.0) -> int:
         return wait_ready(
             "http://api/readyz",
-            alive=lambda: alive,
             timeout_s=timeout_s,
             report=self.reports.append,
             probe=self.probe,
@@ -50,9 +49,3 @@ def test_the_interval_grows_to_its_cap() -> None:
     assert max(script.sleeps) == MAX_INTERVAL_S
     assert len(script.sleeps) <= 14  # 20 s: a poll every 2 s once grown, not five a second
     assert script.reports == ["a"]
-
-
-def test_an_exited_api_ends_the_wait_after_its_last_reason() -> None:
-    script = Script([(False, "route 'fraud' calls model 'fraud'")])
-    assert script.run(alive=False) == 1
-    assert script.reports == ["route 'fraud' calls model 'fraud'"]
