@@ -39,7 +39,6 @@ import http.client
 import json
 import random
 import signal
-import sys
 import threading
 import time
 from collections import Counter
@@ -57,6 +56,7 @@ from tests.support import (
     http_ok,
     running_serving,
     start_api,
+    start_gunicorn,
     wait_until,
 )
 
@@ -214,17 +214,14 @@ def test_gunicorn_sigterm_under_load_loses_nothing(serving: str, tmp_path: Path)
     events = tmp_path / "events.jsonl"
     prom_dir = tmp_path / "prometheus"
     prom_dir.mkdir()
-    gunicorn = Proc(
-        [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "api.app:create_app()"],
+    gunicorn = start_gunicorn(
         tmp_path / "gunicorn.log",
-        env={
-            "WEB_CONCURRENCY": "2",
-            "API_BIND": f"127.0.0.1:{port}",
-            "SERVING_URL": serving,
-            "PROMETHEUS_MULTIPROC_DIR": str(prom_dir),
-            "EVENTS_JSONL_PATH": str(events),
-            "ACCESS_LOG": "false",
-        },
+        WEB_CONCURRENCY="2",
+        API_BIND=f"127.0.0.1:{port}",
+        SERVING_URL=serving,
+        PROMETHEUS_MULTIPROC_DIR=str(prom_dir),
+        EVENTS_JSONL_PATH=str(events),
+        ACCESS_LOG="false",
     )
     assert run_case(gunicorn, f"http://127.0.0.1:{port}", events) == 0
 
@@ -249,16 +246,13 @@ def test_gunicorn_sigterm_answers_every_request_on_kept_alive_connections(servin
     connections are idle, as with real clients): every request is answered 200, and each
     connection's last answer says `Connection: close`; none is reset or closed unanswered."""
     port = free_port()
-    gunicorn = Proc(
-        [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "api.app:create_app()"],
+    gunicorn = start_gunicorn(
         tmp_path / "gunicorn.log",
-        env={
-            "WEB_CONCURRENCY": "2",
-            "API_BIND": f"127.0.0.1:{port}",
-            "SERVING_URL": serving,
-            "EVENTS_JSONL_PATH": str(tmp_path / "events.jsonl"),
-            "ACCESS_LOG": "false",
-        },
+        WEB_CONCURRENCY="2",
+        API_BIND=f"127.0.0.1:{port}",
+        SERVING_URL=serving,
+        EVENTS_JSONL_PATH=str(tmp_path / "events.jsonl"),
+        ACCESS_LOG="false",
     )
     bodies = [json.dumps(t.body).encode() for t in generate_transactions(64, seed=5)]
     outcomes: Counter[str] = Counter()

@@ -31,6 +31,7 @@ from tests.support import (
     free_port,
     http_ok,
     running_serving,
+    start_gunicorn,
     wait_until,
 )
 
@@ -179,10 +180,8 @@ def test_two_workers_share_metrics_stay_small_and_stop_cleanly(
 def test_a_start_that_fails_leaves_no_metrics_directory(tmp_path: Path) -> None:
     """A configuration error stops gunicorn while it builds the app (before any worker):
     the metrics directory it had made in the temp dir is removed all the same."""
-    gunicorn = Proc(
-        [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "api.app:create_app()"],
-        tmp_path / "gunicorn.log",
-        env={"TMPDIR": str(tmp_path), "API_BIND": f"127.0.0.1:{free_port()}", "MODEL_ROUTES": "nope"},
+    gunicorn = start_gunicorn(
+        tmp_path / "gunicorn.log", TMPDIR=str(tmp_path), API_BIND=f"127.0.0.1:{free_port()}", MODEL_ROUTES="nope"
     )
     assert gunicorn.popen.wait(60) != 0
     assert "MODEL_ROUTES: 'nope' is neither a built-in route" in gunicorn.log()
