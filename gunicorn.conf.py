@@ -5,10 +5,12 @@ running `api.http_server.ApiHttpProtocol`, which enforces gunicorn's `limit_requ
 (414), `limit_request_fields` and `limit_request_field_size` (431), `worker_connections`
 (open connections per worker; the connection idle longest makes room) and `keepalive`
 (seconds a connection may stay open without a request, before its first one too), plus
-`API_MAX_HEADER_BYTES` (whole request head, default 32768; 431) and `API_HEADER_TIMEOUT_S`
-(seconds from a request's first byte to the end of its head, default 10; 408). The
-open-files soft limit is raised to the hard limit here, in the master, before the
-listening socket is opened; the workers inherit it.
+`API_MAX_HEADER_BYTES` (whole request head, default 32768; 431), `API_HEADER_TIMEOUT_S`
+(seconds from a request's first byte to the end of its head, default 10; 408) and
+`API_SHUTDOWN_DRAIN_S` (on SIGTERM, seconds an idle connection stays open to answer a
+request already on its way, with `Connection: close`; default 1, at most half of
+`graceful_timeout`). The open-files soft limit is raised to the hard limit here, in the
+master, before the listening socket is opened; the workers inherit it.
 
 Workers: `WEB_CONCURRENCY`, else one per CPU of the container's quota (cgroup v2
 `cpu.max` / v1 CFS quota, see `api.cpu_budget`), not the host's cores. Each worker is
@@ -19,21 +21,52 @@ prints the resulting budget next to the serving tier's threads.
 
 Metrics: the workers share one Prometheus multiprocess directory
 (`PROMETHEUS_MULTIPROC_DIR`, see `api.metrics`). When the variable is unset a fresh
-temporary directory is made and removed at exit; when it is set, its old `*.db` files
-are removed at start, as prometheus-client requires. Both happen here, in the master,
-before `preload_app` imports the app (prometheus-client reads the variable at import).
+temporary directory is made and removed when the master exits, a failed start included;
+when it is set, its old `*.db` files are removed at start, as prometheus-client requires.
+Both happen first thing here, in the master: prometheus-client picks in-memory or
+multiprocess values once, when it is first imported, and importing `api.http_server`
+below already imports it (through `api.metrics`).
 
 This file is executed by gunicorn only; everything it does is for the server it starts.
 """
 
+import atexit
 import gc
 import os
 import shutil
 import tempfile
 from pathlib import Path
 
-from api.cpu_budget import THREAD_ENV_VARS, available_cpus, threads_per_worker, web_concurrency
-from api.http_server.limits import raise_open_files_limit
+# --- Prometheus multiprocess directory (before any import of prometheus_client) ------
+_MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+# Marks the directory as prepared by this master, so a config reload (SIGHUP re-reads
+# this file) does not wipe the files of running workers.
+_PREPARED_ENV = "API_PROMETHEUS_DIR_PREPARED_BY"
+
+
+def _remove_dir_made_by(path: str, master_pid: int) -> None:
+    """At the master's exit, remove the metrics directory it made (forked workers inherit
+    this exit handler, and must not remove it while the others still write there)."""
+    if os.getpid() == master_pid:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+if os.environ.get(_PREPARED_ENV) != str(os.getpid()):
+    if os.environ.get(_MULTIPROC_ENV):
+        _dir = Path(os.environ[_MULTIPROC_ENV])
+        _dir.mkdir(parents=True, exist_ok=True)
+        for _stale in _dir.glob("*.db"):
+            _stale.unlink()
+    else:
+        os.environ[_MULTIPROC_ENV] = tempfile.mkdtemp(prefix="api-prometheus-")
+        # atexit, not gunicorn's on_exit hook: that one is not called when the preloaded
+        # app fails to build (a configuration error), which left an empty directory behind.
+        atexit.register(_remove_dir_made_by, os.environ[_MULTIPROC_ENV], os.getpid())
+    os.environ[_PREPARED_ENV] = str(os.getpid())
+
+# Only now: these import prometheus_client (see the module doc).
+from api.cpu_budget import THREAD_ENV_VARS, available_cpus, threads_per_worker, web_concurrency  # noqa: E402
+from api.http_server.limits import raise_open_files_limit  # noqa: E402
 
 # A container's default soft limit (often 1024) would otherwise cap the connections a
 # worker can accept; each worker's `worker_connections` is held below it.
@@ -64,25 +97,6 @@ accesslog = None
 # and nothing here uses it. (Older gunicorn ignores the unknown setting.)
 control_socket_disable = True
 
-# --- Prometheus multiprocess directory ---------------------------------------------
-_MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
-# Marks the directory as prepared by this master, so a config reload (SIGHUP re-reads
-# this file) does not wipe the files of running workers; and which one it made itself.
-_PREPARED_ENV = "API_PROMETHEUS_DIR_PREPARED_BY"
-_OWNED_ENV = "API_PROMETHEUS_DIR_OWNED"
-
-if os.environ.get(_PREPARED_ENV) != str(os.getpid()):
-    if os.environ.get(_MULTIPROC_ENV):
-        _dir = Path(os.environ[_MULTIPROC_ENV])
-        _dir.mkdir(parents=True, exist_ok=True)
-        for _stale in _dir.glob("*.db"):
-            _stale.unlink()
-    else:
-        os.environ[_MULTIPROC_ENV] = os.environ[_OWNED_ENV] = tempfile.mkdtemp(
-            prefix="api-prometheus-"
-        )
-    os.environ[_PREPARED_ENV] = str(os.getpid())
-
 
 def pre_fork(server, worker):
     """Freeze the preloaded heap out of the garbage collector's reach before each fork.
@@ -100,10 +114,3 @@ def child_exit(server, worker):
     from prometheus_client import multiprocess
 
     multiprocess.mark_process_dead(worker.pid)
-
-
-def on_exit(server):
-    """Remove the metrics directory this master made (not one it was given)."""
-    owned = os.environ.get(_OWNED_ENV)
-    if owned and owned == os.environ.get(_MULTIPROC_ENV):
-        shutil.rmtree(owned, ignore_errors=True)

@@ -5,7 +5,8 @@
 #    (python -m serving), with the same flags.
 # 2. Waits until every model the config names reports a version AVAILABLE (polls model
 #    status until SERVING_READY_TIMEOUT_S; no fixed sleep).
-# 3. Starts gunicorn with uvicorn workers (gunicorn.conf.py) for the API.
+# 3. Starts gunicorn with uvicorn workers (gunicorn.conf.py) for the API, and waits for
+#    its /readyz, printing the reason it gives while it is not ready (once per change).
 # 4. Supervises: serving that exits is started again after a backoff (1, 2, 4, ... s, at
 #    most 30 s), while the API stays up answering 503 serving_unavailable and /readyz
 #    fails; more than SERVING_MAX_RESTARTS exits within SERVING_RESTART_WINDOW_S stop the
@@ -93,6 +94,7 @@ log "CPU budget: API ${WEB_CONCURRENCY} worker(s); serving ${budget_flags[*]:-(f
 serving_pid=
 api_pid=
 backoff_pid=
+waiter_pid=
 
 # Starts the model server in the background; sets serving_pid. PROMETHEUS_MULTIPROC_DIR is
 # the API's (gunicorn's workers share it): the model server, which also uses
@@ -140,6 +142,7 @@ start_serving
 stop_all() {
   trap - TERM INT
   [[ -n "$backoff_pid" ]] && { kill "$backoff_pid" 2>/dev/null || true; }
+  [[ -n "$waiter_pid" ]] && { kill "$waiter_pid" 2>/dev/null || true; }
   if [[ -n "$api_pid" ]] && kill -0 "$api_pid" 2>/dev/null; then
     kill -TERM "$api_pid" 2>/dev/null || true
     wait "$api_pid" 2>/dev/null || true
@@ -179,15 +182,20 @@ export API_BIND="${API_HOST}:${API_PORT}"
 (cd "$HERE" && exec "$PYTHON" -m gunicorn -c gunicorn.conf.py 'api.app:create_app()') &
 api_pid=$!
 
-# Report readiness once the API itself answers /readyz.
+# Report readiness once the API itself answers /readyz; meanwhile print the reason it
+# gives, once per change (api/readiness_wait.py; it polls every 2 s at most, so its own
+# requests do not fill the access log). In the background and waited for together with
+# the API, so the API exiting, or SIGTERM, ends the wait at once.
 api_url="http://127.0.0.1:${API_PORT}"
-until "$PYTHON" -c "import sys, urllib.request as u; u.urlopen(sys.argv[1], timeout=2)" "$api_url/readyz" 2>/dev/null; do
-  if ! kill -0 "$api_pid" 2>/dev/null; then
-    log "API exited before it was ready"; stop_all; exit 1
-  fi
-  if (( SECONDS >= deadline + 60 )); then log "API not ready in time"; stop_all; exit 1; fi
-  sleep 0.2
-done
+(cd "$HERE" && exec "$PYTHON" -m api.readiness_wait "$api_url/readyz" --timeout-s $(( deadline + 60 - SECONDS ))) &
+waiter_pid=$!
+waited=0
+wait -n "$waiter_pid" "$api_pid" || waited=$?
+if ! kill -0 "$api_pid" 2>/dev/null; then
+  log "API exited before it was ready"; stop_all; exit 1
+fi
+waiter_pid=
+if (( waited != 0 )); then log "API not ready in time"; stop_all; exit 1; fi
 if [[ "${SERVING_PROTOCOL:-rest}" == "grpc" ]]; then
   serving_at="gRPC $SERVING_GRPC_TARGETS"
 else

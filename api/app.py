@@ -33,7 +33,7 @@ from api.model_routes import ModelRoute
 from api.observability import install_observability
 from api.readiness import require_models
 from api.request_context import outgoing_headers
-from api.route_config import configure_routes, load_routes
+from api.route_config import configure_routes, ignored_model_settings, load_routes
 from api.routes import health
 from api.routes.model import ModelEndpoint
 from api.scoring import ServedModel
@@ -71,14 +71,13 @@ def create_app(
     """
     settings = settings if settings is not None else Settings()
     declared = routes if routes is not None else load_routes(settings.model_routes)
+    ignored = ignored_model_settings(declared, settings)
     endpoints = [ModelEndpoint(configured) for configured in configure_routes(declared, settings)]
     models = [e.configured.signature.model_name for e in endpoints]
     opener: ClientOpener = open_client or partial(_open_from_settings, settings, models)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        for message in settings.legacy_names_in_use():
-            logger.warning(message)
         async with opener() as client:
             app.state.serving_client = client
             await require_models(
@@ -117,6 +116,9 @@ def create_app(
     app.state.model_endpoints = endpoints
     install_error_handlers(app)
     observability = install_observability(app, settings)
+    # Here, once per process (gunicorn's master under preload), not in each worker.
+    for message in [*settings.legacy_names_in_use(), *ignored]:
+        logger.warning(message)
     # Made here, in gunicorn's master under preload, so every worker inherits the same shared
     # memory; each worker takes its slot in the lifespan.
     in_flight = InFlightBoard(settings.max_in_flight_requests)

@@ -90,7 +90,8 @@ def parse_timeout_header(value: str | None, default_s: float) -> float:
         default_s: the configured budget (`REQUEST_TIMEOUT_S`), seconds, > 0.
 
     Returns:
-        min(default_s, value / 1000). A larger header value does not raise the budget.
+        min(default_s, value / 1000). A larger header value, of any number of digits, does
+        not raise the budget: it is clamped.
 
     Raises:
         ValueError: the value is not a positive integer number of milliseconds; the
@@ -99,10 +100,12 @@ def parse_timeout_header(value: str | None, default_s: float) -> float:
     if value is None:
         return default_s
     text = value.strip()
-    if not text.isascii() or not text.isdigit() or len(text) > 12:
+    if not text.isascii() or not text.isdigit():
         raise ValueError("must be a positive integer number of milliseconds")
-    millis = int(text)
-    if millis <= 0:
+    digits = text.lstrip("0")
+    if not digits:
         raise ValueError("must be a positive integer number of milliseconds")
-    budget = millis / 1000.0
+    if len(digits) > 12:  # over 31 years: above any budget (and never parsed as a huge int)
+        return default_s
+    budget = int(digits) / 1000.0
     return budget if budget < default_s and math.isfinite(budget) else default_s

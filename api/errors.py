@@ -143,21 +143,50 @@ def _beyond_64_bits(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and not _INT64_MIN <= value <= _UINT64_MAX
 
 
+# orjson writes containers nested this deep at most ("Recursion limit reached").
+_ORJSON_MAX_DEPTH = 255
+
+
 def _encodable(value: Any, depth: int = 0) -> Any:
     """`value` with what orjson refuses made encodable -- lone surrogates escaped (JSON text
     allows `\ud800`, UTF-8 cannot carry it), integers beyond 64 bits as their digits --
-    inside lists and dicts up to a modest depth (deeper is left as it is)."""
+    inside lists and dicts as deep as orjson writes (deeper is left as it is)."""
     if isinstance(value, str):
         return value.encode("utf-8", "backslashreplace").decode("utf-8") if _has_surrogate(value) else value
     if _beyond_64_bits(value):
         return str(value)
-    if depth >= 32:
+    if depth >= _ORJSON_MAX_DEPTH:
         return value
     if isinstance(value, Mapping):
         return {_encodable(k, depth + 1): _encodable(v, depth + 1) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_encodable(v, depth + 1) for v in value]
     return value
+
+
+def _json_length(value: Any) -> int:
+    """Bytes of `value`'s compact JSON as `bounded` would write it, at any depth (iterative:
+    a body may nest containers deeper than orjson, or Python's recursion, goes)."""
+    length = 0
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Mapping):
+            length += 2 + max(len(item) - 1, 0) + len(item)  # braces, commas, colons
+            for key, child in item.items():
+                length += len(orjson.dumps(_encodable(str(key))))
+                stack.append(child)
+        elif isinstance(item, (list, tuple)):
+            length += 2 + max(len(item) - 1, 0)
+            stack.extend(item)
+        else:
+            length += len(orjson.dumps(_encodable(item), default=str))
+    return length
+
+
+def _summary(value: Any, length: int) -> str:
+    kind = "object" if isinstance(value, Mapping) else "array" if isinstance(value, Sequence) else "value"
+    return f"<{kind} of {length} bytes, not echoed>"
 
 
 def bounded(value: Any, limit: int = MAX_ECHO_CHARS) -> Any:
@@ -179,11 +208,12 @@ def bounded(value: Any, limit: int = MAX_ECHO_CHARS) -> Any:
         try:
             encoded = orjson.dumps(_encodable(value), default=str)
         except TypeError:
-            return bounded(str(value), limit)
+            # Nested deeper than orjson writes: at 2 bytes a level at least, that is far over
+            # any limit, and it is summarised like any large value (not echoed as a repr).
+            return _summary(value, _json_length(value))
     if len(encoded) <= limit:
         return orjson.loads(encoded)
-    kind = "object" if isinstance(value, Mapping) else "array" if isinstance(value, Sequence) else "value"
-    return f"<{kind} of {len(encoded)} bytes, not echoed>"
+    return _summary(value, len(encoded))
 
 
 def bounded_validation_errors(errors: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -18,6 +18,10 @@ route runs, in this order, each answered in the API's error shape (`api.errors`)
    `payload_too_large`: at once when `Content-Length` says so, else as soon as the
    streamed (e.g. chunked) bytes counted pass the limit, before the app has buffered
    them. The app's own answer, if it started one, is dropped.
+4. Multipart framing: a `multipart/form-data` body that ends without its closing
+   boundary (cut short, or empty) is answered 400 `bad_request` (`MultipartCloseWatch`):
+   the form parser keeps the parts it finished and says nothing, so the route would
+   otherwise report its file as missing (422), as if the client had not sent it.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Final
 
+from python_multipart.multipart import parse_options_header
+
 from api.deadlines import TIMEOUT_HEADER, parse_timeout_header
 
 # Never refused for load: liveness/readiness must answer while the worker is busy,
@@ -35,6 +41,7 @@ EXEMPT_PATHS: Final = frozenset({"/healthz", "/readyz", "/metrics"})
 
 _TIMEOUT_HEADER: Final = TIMEOUT_HEADER.encode("ascii")
 _CONTENT_LENGTH: Final = b"content-length"
+_CONTENT_TYPE: Final = b"content-type"
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,3 +112,38 @@ def declared_length(headers: Iterable[tuple[bytes, bytes]]) -> int | None:
             except ValueError:
                 return -1
     return None
+
+
+class MultipartCloseWatch:
+    """Watches a `multipart/form-data` body, chunk by chunk, for its close delimiter
+    (RFC 2046 5.1.1: `--` boundary `--`, after the last part), without holding the body.
+
+    Attributes:
+        seen: the close delimiter has passed.
+    """
+
+    def __init__(self, boundary: bytes) -> None:
+        self._delimiter = b"--" + boundary + b"--"
+        self._tail = b""  # the last len(delimiter) - 1 bytes, for a delimiter split over chunks
+        self.seen = False
+
+    @classmethod
+    def for_request(cls, headers: Iterable[tuple[bytes, bytes]]) -> MultipartCloseWatch | None:
+        """A watch for a `multipart/form-data` request with a boundary; None for any other
+        (one without a boundary is refused by the form parser itself)."""
+        for name, value in headers:
+            if name == _CONTENT_TYPE:
+                media_type, params = parse_options_header(value)
+                boundary = params.get(b"boundary")
+                return cls(boundary) if media_type == b"multipart/form-data" and boundary else None
+        return None
+
+    def feed(self, chunk: bytes) -> None:
+        """Look at the next chunk of the body."""
+        if self.seen or not chunk:
+            return
+        data = self._tail + chunk
+        if self._delimiter in data:
+            self.seen = True
+        else:
+            self._tail = data[-(len(self._delimiter) - 1) :]

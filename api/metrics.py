@@ -24,8 +24,10 @@ memory, so a scrape would only see the worker that answered it. When the environ
 variable `PROMETHEUS_MULTIPROC_DIR` names a directory, prometheus-client's multiprocess
 mode writes every process's values to memory-mapped files there and `/metrics` merges
 them (`prometheus_client.multiprocess.MultiProcessCollector`). It must be set before
-`prometheus_client` is first imported, and the directory must be empty at start:
-`gunicorn.conf.py` does both, and marks dead workers (`child_exit`). In that mode the
+`prometheus_client` is first imported (the library picks in-memory or file-backed values
+then, once), and the directory must be empty at start: `gunicorn.conf.py` does both, and
+marks dead workers (`child_exit`). Set too late, every scrape would be empty: `ApiMetrics`
+refuses to start that way instead. In that mode the
 per-process collectors (process_*, python_gc_*) are not exported, as the library
 documents. Without the variable (one uvicorn process, tests) each app has its own
 registry.
@@ -48,6 +50,7 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
     multiprocess,
+    values,
 )
 from prometheus_client.metrics import MetricWrapperBase
 
@@ -66,8 +69,21 @@ LAG_BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25
 
 
 def multiprocess_dir() -> str | None:
-    """The multiprocess-mode directory, or None in single-process mode."""
-    return os.environ.get(MULTIPROC_DIR_ENV) or None
+    """The multiprocess-mode directory, or None in single-process mode.
+
+    Raises:
+        RuntimeError: the variable names a directory but prometheus-client was imported
+            before it was set, so this process keeps its values in memory and every scrape
+            of the merged files would be empty.
+    """
+    path = os.environ.get(MULTIPROC_DIR_ENV) or None
+    # `values.ValueClass` is chosen once, at prometheus_client's import, from this variable.
+    if path is not None and values.ValueClass is values.MutexValue:
+        raise RuntimeError(
+            f"{MULTIPROC_DIR_ENV} was set after prometheus_client was imported: metrics would stay in "
+            "this process and /metrics would be empty; set it before the first import (gunicorn.conf.py does)"
+        )
+    return path
 
 
 class ApiMetrics:

@@ -11,7 +11,8 @@ memory stream per request), installed once, outermost among the app's own middle
    serves (blocks name it);
 2. applies the admission limits of `api.limits` (503 `overloaded`, 422 for a bad
    `X-Request-Timeout-Ms`, 413 by `Content-Length`), and while the app runs, bounds the
-   body's arrival by the deadline (408) and counts a streamed body's bytes (413);
+   body's arrival by the deadline (408), counts a streamed body's bytes (413) and checks
+   that a multipart body ends with its closing boundary (400);
 3. answers an exception that leaves the app (`api.errors.response_for`: serving failures
    and the deadline by their table row, anything else 500), so every answer has the
    request id, and counts a serving failure by its canonical code;
@@ -43,7 +44,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from api.deadlines import Deadline
 from api.errors import RETRY_AFTER_S, error_response, response_for
 from api.in_flight import InFlightBoard
-from api.limits import BadTimeoutHeader, Limits, declared_length
+from api.limits import BadTimeoutHeader, Limits, MultipartCloseWatch, declared_length
 from api.logging_config import AccessLog
 from api.loop_monitor import LoopMonitor, route_of
 from api.metrics import UNMATCHED_ROUTE, ApiMetrics
@@ -190,6 +191,7 @@ class RequestMiddleware:
             counting = declared is None
             received = 0
             body_done = False
+            multipart = MultipartCloseWatch.for_request(scope["headers"])
 
             async def app_receive() -> Message:
                 # uvicorn has no body-read timeout: a client that announces a body and never
@@ -214,6 +216,11 @@ class RequestMiddleware:
                         cut = (413, "payload_too_large", f"request body is larger than {limit} bytes")
                         raise _BodyCut
                 body_done = not message.get("more_body", False)
+                if multipart is not None:
+                    multipart.feed(message.get("body", b""))
+                    if body_done and not multipart.seen:
+                        cut = (400, "bad_request", "malformed multipart body: it ends without its closing boundary")
+                        raise _BodyCut
                 return message
 
             if counted:

@@ -8,9 +8,13 @@ the import path of its `ModelRoute`, `package.module:attribute` (as MLServer's
 `implementation` names a model class). Routes are imported by path: no module of the
 app imports an example (`api/examples/` uses the app's extension point, not the reverse).
 
-Every mistake here stops the app at build time with a message naming the setting: an
-unknown route, two routes on one path, an option the route does not have, a value its
-options model refuses.
+Every mistake here stops the app at build time with a message naming the variable the
+user set (a deprecated flat name such as `FRAUD_THRESHOLD`, or `MODELS__<ROUTE>__...`): an
+unknown route, two routes on one path, settings for a route that is neither enabled nor
+built in, an option the route does not have, a value its options model refuses. Settings
+of a built-in route that this deployment does not enable are not a mistake -- one
+environment may be shared by deployments serving different subsets -- and are ignored
+(`ignored_model_settings` says which, for the start-up log).
 """
 
 from __future__ import annotations
@@ -89,9 +93,12 @@ def load_routes(entries: Sequence[str]) -> list[ModelRoute[Any, Any, Any]]:
 def configure_routes(routes: Sequence[ModelRoute[Any, Any, Any]], settings: Settings) -> list[ConfiguredRoute]:
     """Apply `settings.models[<route name>]` to each route.
 
+    Settings of a built-in route not among `routes` are ignored (`ignored_model_settings`).
+
     Raises:
-        RouteConfigError: two routes share a name or a path, or a route's settings name an
-            option it does not have or a value it refuses.
+        RouteConfigError: two routes share a name or a path, settings name a route that is
+            neither among `routes` nor built in, or a route's settings name an option it
+            does not have or a value it refuses.
     """
     seen_names: set[str] = set()
     seen_paths: set[str] = set()
@@ -102,17 +109,32 @@ def configure_routes(routes: Sequence[ModelRoute[Any, Any, Any]], settings: Sett
         seen_names.add(route.name)
         seen_paths.add(route.path)
         configured.append(_configure(route, settings.models.get(route.name, ModelSettings()), settings))
-    unknown = sorted(settings.models.keys() - seen_names)
+    unknown = sorted(settings.models.keys() - seen_names - BUILT_IN.keys())
     if unknown:
+        variables = settings.model_setting_variables(unknown[0]) or [f"MODELS__{unknown[0].upper()}__..."]
         raise RouteConfigError(
-            f"MODELS__{unknown[0].upper()}__...: no enabled route is named {unknown[0]!r} "
-            f"(MODEL_ROUTES serves {', '.join(sorted(seen_names))})"
+            f"{', '.join(variables)}: no route is named {unknown[0]!r} (MODEL_ROUTES serves "
+            f"{', '.join(sorted(seen_names))}; built-in routes: {', '.join(BUILT_IN)})"
         )
     return configured
 
 
+def ignored_model_settings(routes: Sequence[ModelRoute[Any, Any, Any]], settings: Settings) -> list[str]:
+    """One message per built-in route that has settings but is not among `routes`,
+    naming the variables, for the start-up log: they are not applied."""
+    enabled = {route.name for route in routes}
+    return [
+        f"{', '.join(settings.model_setting_variables(name))} ignored: route {name!r} is not enabled "
+        f"(MODEL_ROUTES serves {', '.join(sorted(enabled))})"
+        for name in sorted(settings.models.keys() & BUILT_IN.keys() - enabled)
+        if settings.model_setting_variables(name)
+    ]
+
+
 def _configure(route: ModelRoute[Any, Any, Any], own: ModelSettings, settings: Settings) -> ConfiguredRoute:
-    prefix = f"MODELS__{route.name.upper()}__"
+    def variable(key: str) -> str:
+        return settings.model_setting_variable(route.name, key)
+
     extra = own.model_extra or {}
     allowed = set(route.options.model_fields)
     for key in extra:
@@ -120,14 +142,24 @@ def _configure(route: ModelRoute[Any, Any, Any], own: ModelSettings, settings: S
             common = ", ".join(sorted(ModelSettings.model_fields))
             own_options = ", ".join(sorted(allowed)) or "none"
             raise RouteConfigError(
-                f"{prefix}{key.upper()}: route {route.name!r} has no such setting "
+                f"{variable(key)}: route {route.name!r} has no such setting "
                 f"(common: {common}; its own: {own_options})"
             )
     try:
         options = route.options.model_validate(extra)
     except ValidationError as exc:
-        problems = "; ".join(f"{prefix}{'.'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in exc.errors())
-        raise RouteConfigError(problems) from exc
+        problems = []
+        for error in exc.errors():
+            loc = [str(part) for part in error["loc"]]
+            # A field's variable, deeper parts as pydantic-settings nests them; a check of
+            # the whole options model names the route's prefix.
+            name = (
+                variable(loc[0]) + "".join(f"__{part.upper()}" for part in loc[1:])
+                if loc
+                else f"MODELS__{route.name.upper()}"
+            )
+            problems.append(f"{name}: {error['msg']}")
+        raise RouteConfigError("; ".join(problems)) from exc
     signature = replace(
         route.signature,
         model_name=own.model_name or route.signature.model_name,

@@ -12,7 +12,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AnyHttpUrl, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AnyHttpUrl,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from api.serving_client import ClientConfig, CoalescingConfig
@@ -205,6 +214,9 @@ class Settings(BaseSettings):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
 
+    # (route, setting) -> the deprecated flat name its value came from (`_legacy_names`).
+    _legacy_sources: dict[tuple[str, str], str] = PrivateAttr(default_factory=dict)
+
     @model_validator(mode="after")
     def _legacy_names(self) -> Settings:
         """Fold the deprecated flat names into `models`; a nested name set too wins."""
@@ -215,7 +227,22 @@ class Settings(BaseSettings):
             entry = self.models.setdefault(route, ModelSettings())
             if getattr(entry, key, None) is None:
                 setattr(entry, key, value)
+                self._legacy_sources[(route, key)] = field_name.upper()
         return self
+
+    def model_setting_variable(self, route: str, key: str) -> str:
+        """The environment variable a route's setting came from, for messages: its
+        deprecated flat name when that set it (`FRAUD_THRESHOLD`), else the nested one
+        (`MODELS__FRAUD__THRESHOLD`)."""
+        return self._legacy_sources.get((route, key)) or f"MODELS__{route.upper()}__{key.upper()}"
+
+    def model_setting_variables(self, route: str) -> list[str]:
+        """Every variable that set one of `route`'s settings (`model_setting_variable`), sorted."""
+        entry = self.models.get(route)
+        if entry is None:
+            return []
+        keys = entry.model_fields_set | set(entry.model_extra or {})
+        return sorted(self.model_setting_variable(route, key) for key in keys)
 
     def legacy_names_in_use(self) -> list[str]:
         """Messages for each deprecated flat name that is set (logged at start-up)."""

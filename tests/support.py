@@ -115,6 +115,14 @@ def start_api(port: int, serving_url: str, log_path: Path, **env: str) -> Proc:
     )
 
 
+def start_gunicorn(log_path: Path, **env: str) -> Proc:
+    """The API under gunicorn as deployed: `gunicorn -c gunicorn.conf.py 'api.app:create_app()'`
+    (bind it with API_BIND)."""
+    return Proc(
+        [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "api.app:create_app()"], log_path, env=env
+    )
+
+
 def local_models_config(tmp_dir: Path) -> Path:
     """models.config with its /models/ prefix pointed at this checkout's models/."""
     text = (REPO / "models.config").read_text().replace('"/models/', f'"{REPO}/models/')

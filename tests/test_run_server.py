@@ -7,6 +7,7 @@ import os
 import shutil
 import signal
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -71,6 +72,7 @@ def test_run_server_serves_and_stops_cleanly(tmp_path: Path, protocol: str) -> N
     assert not http_ok(api + "/healthz")
 
 
+WATCH_S = 6.0  # how long a waiting run-server is watched
 FRAUD_ONLY = 'model_config_list { config { name: "fraud" base_path: "/models/fraud" model_platform: "tensorflow" } }'
 
 
@@ -122,6 +124,30 @@ def test_an_enabled_route_whose_model_serving_lacks_stops_the_api_at_once(tmp_pa
         proc.stop()
     log = proc.log()
     assert "route 'digits' calls model 'digits'" in log and "API exited before it was ready" in log, log
+
+
+def test_while_the_api_is_not_ready_run_server_says_why_once_and_polls_quietly(tmp_path: Path) -> None:
+    """A route calling a signature the model does not have: the API starts, /readyz is 503
+    with the reason, and run-server prints that reason once while it waits, without an
+    access-log line of its own every fraction of a second."""
+    config = tmp_path / "fraud-only.config"
+    config.write_text(FRAUD_ONLY)
+    proc = run_server(
+        tmp_path, MODEL_CONFIG_FILE=str(config), MODEL_ROUTES="fraud", MODELS__FRAUD__SIGNATURE_NAME="scores"
+    )
+    reason = "run-server: API not ready yet: not ready: fraud: version 1 has no signature 'scores'"
+    try:
+        wait_until(lambda: reason in proc.log() or not proc.alive(), 180, "run-server to say why")
+        assert proc.alive(), proc.log()
+        polls_before = proc.log_path.read_text().count("GET /readyz 503")
+        time.sleep(WATCH_S)
+        log = proc.log_path.read_text()
+    finally:
+        assert proc.stop(timeout_s=60) == 0, proc.log()
+    assert log.count("run-server: API not ready yet") == 1, log
+    polls = log.count("GET /readyz 503") - polls_before
+    assert polls <= WATCH_S / 2 + 1, f"{polls} readiness polls in {WATCH_S} s"  # one per 2 s at most
+    assert "API ready on" not in log
 
 
 def test_run_server_refuses_a_config_that_does_not_parse(tmp_path: Path) -> None:

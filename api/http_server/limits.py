@@ -16,6 +16,7 @@ logger = logging.getLogger("api.http_server")
 
 HEADER_TIMEOUT_ENV: Final = "API_HEADER_TIMEOUT_S"
 MAX_HEADER_BYTES_ENV: Final = "API_MAX_HEADER_BYTES"
+SHUTDOWN_DRAIN_ENV: Final = "API_SHUTDOWN_DRAIN_S"
 
 # Descriptors a worker needs besides client connections: its pools to the serving replicas
 # (SERVING_MAX_CONNECTIONS each, 128 by default: three replicas take 384), the events file,
@@ -52,6 +53,11 @@ class ConnectionLimits:
             how long the rest is read and discarded, seconds, so the client reads the
             answer instead of a connection reset.
         linger_max_bytes: ... and how many bytes at most.
+        shutdown_drain_s: at graceful shutdown, how long a connection without a request in
+            progress stays open, seconds: a request the client sent just before it learnt of
+            the shutdown is answered (with `Connection: close`) instead of being reset; then
+            the connection closes. `API_SHUTDOWN_DRAIN_S` (default 1), at most half of
+            gunicorn's `graceful_timeout`, so what arrives in the window has time to finish.
     """
 
     max_request_line: int = 4094
@@ -62,6 +68,7 @@ class ConnectionLimits:
     max_connections: int = 1000
     linger_s: float = 5.0
     linger_max_bytes: int = 64 * 1024 * 1024
+    shutdown_drain_s: float = 1.0
 
     @classmethod
     def from_gunicorn(cls, cfg: Any, env: Mapping[str, str]) -> ConnectionLimits:
@@ -83,6 +90,9 @@ class ConnectionLimits:
             max_header_bytes=int(env.get(MAX_HEADER_BYTES_ENV, base.max_header_bytes)),
             header_timeout_s=float(env.get(HEADER_TIMEOUT_ENV, base.header_timeout_s)),
             max_connections=positive(cfg.worker_connections, base.max_connections),
+            shutdown_drain_s=min(
+                float(env.get(SHUTDOWN_DRAIN_ENV, base.shutdown_drain_s)), cfg.graceful_timeout / 2
+            ),
         )
         return limits.fd_bounded()
 

@@ -21,10 +21,18 @@ uvicorn runs by default) plus, per connection (`ConnectionLimits` has the number
   before reading (urllib, http.client) gets "connection reset" or "broken pipe" instead of
   the 413; keeping it open as uvicorn does with keep-alive clients reads an unbounded body.
 - **Graceful shutdown.** uvicorn closes every connection without a request in progress at
-  once; a request the client had already sent on a kept-alive connection, still unread in
-  the socket, is then reset, unanswered. Here such a connection is left open when bytes are
-  waiting (`FIONREAD`), and every request that starts after shutdown began is answered with
-  `Connection: close`.
+  once; a request the client sent on a kept-alive connection just before or after, unread
+  or still on the wire, then meets a closed connection and is reset, unanswered (measured
+  under load: requests sent up to ~50 ms after SIGTERM). Here such a connection stays open
+  for a drain window (`shutdown_drain_s`, 1 s): every request that starts after shutdown
+  began is answered with `Connection: close`, and a connection still idle when the window
+  ends is closed then (unless bytes are waiting, `FIONREAD`). Go's net/http `Shutdown` and
+  nginx's graceful shutdown (`ngx_close_idle_connections`) close idle keep-alive
+  connections at once, leaving this race to the client (golang/go#23829); Envoy drains
+  instead: while draining it answers HTTP/1.1 requests with `Connection: close`, and for
+  HTTP/2 it keeps accepting streams for `drain_timeout` after its first GOAWAY, "a grace
+  period for new streams that race with the final GOAWAY frame". The window here is that
+  grace period for HTTP/1.1.
 
 Refusals are answered in the API's error shape (`api.errors`) with a fresh request id.
 """
@@ -111,6 +119,7 @@ class ApiHttpProtocol(HttpToolsProtocol):
         self._head_bytes = 0
         self._head_timer: asyncio.TimerHandle | None = None
         self._linger_timer: asyncio.TimerHandle | None = None
+        self._drain_timer: asyncio.TimerHandle | None = None
         self._lingering = False
         self._discarded = 0
         self._shutting_down = False
@@ -319,14 +328,22 @@ class ApiHttpProtocol(HttpToolsProtocol):
             return
         cycle = self.cycle
         if cycle is None or cycle.response_complete:
-            if self._in_head and self._head_timer is None and unread_bytes(self.transport) == 0:
-                self.transport.close()
-            # else: a request is arriving; it will be answered with Connection: close.
+            # Idle: a request may be on its way; it is answered with Connection: close.
+            self._drain_timer = self.loop.call_later(self.limits.shutdown_drain_s, self._drain_ended)
             return
         cycle.keep_alive = False
 
+    def _drain_ended(self) -> None:
+        """Close the connection if it is still idle when the shutdown's drain window ends."""
+        self._drain_timer = None
+        cycle = self.cycle
+        idle = (cycle is None or cycle.response_complete) and self._in_head and self._head_timer is None
+        if idle and not self._lingering and unread_bytes(self.transport) == 0:
+            self.transport.close()
+        # else: a request is arriving or being answered, with Connection: close.
+
     def _cancel_timers(self) -> None:
-        for timer in (self._head_timer, self._linger_timer, self.timeout_keep_alive_task):
+        for timer in (self._head_timer, self._linger_timer, self._drain_timer, self.timeout_keep_alive_task):
             if timer is not None:
                 timer.cancel()
-        self._head_timer = self._linger_timer = self.timeout_keep_alive_task = None
+        self._head_timer = self._linger_timer = self._drain_timer = self.timeout_keep_alive_task = None

@@ -244,3 +244,25 @@ def test_digits_path_does_not_import_tensorflow() -> None:
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "HEAVY:", out.stdout
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # The upload's bytes, then the body ends: no closing boundary.
+        b'--b\r\nContent-Disposition: form-data; name="image"; filename="d.png"\r\nContent-Type: image/png\r\n\r\n'
+        + b"\x89PNG\r\n\x1a\n" * 100,
+        b"",  # no part at all: a multipart body has at least one, and a closing boundary
+    ],
+    ids=["cut-short", "empty"],
+)
+def test_a_broken_multipart_upload_is_400(client: TestClient, body: bytes) -> None:
+    r = client.post(URL, content=body, headers={"content-type": "multipart/form-data; boundary=b"})
+    assert r.status_code == 400, r.text
+    assert r.json()["code"] == "bad_request" and "closing boundary" in r.json()["detail"]
+
+
+def test_a_whole_form_without_the_image_field_is_still_422(client: TestClient) -> None:
+    body = b'--b\r\nContent-Disposition: form-data; name="picture"; filename="d.png"\r\n\r\nabc\r\n--b--\r\n'
+    r = client.post(URL, content=body, headers={"content-type": "multipart/form-data; boundary=b"})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "image"]

@@ -119,6 +119,17 @@ def test_a_container_echo_with_a_surrogate_stays_json(client: TestClient) -> Non
     assert detail[0]["input"] == ["\\ud800", "x", "100000000000000000000000"]
 
 
+@pytest.mark.parametrize("depth", [100, 300, 900])
+def test_a_deeply_nested_object_is_summarised_like_any_large_one(client: TestClient, depth: int) -> None:
+    """Deeper than orjson writes (255 levels) it was echoed as a Python repr."""
+    raw = b'{"a":' * depth + b"{}" + b"}" * depth
+    response = client.post(SCORE, content=raw, headers={"content-type": "application/json"})
+    detail = assert_error_shape(response, 422, "validation_error")["detail"]
+    echoes = [error["input"] for error in detail if isinstance(error.get("input"), str) and "'a'" in error["input"]]
+    assert echoes == []
+    assert f"<object of {len(raw)} bytes, not echoed>" in [error.get("input") for error in detail]
+
+
 def test_http_errors_and_bugs_use_the_shape(client: TestClient) -> None:
     assert_error_shape(client.get("/nowhere"), 404, "not_found")
     assert_error_shape(client.get(SCORE), 405, "method_not_allowed")
@@ -162,6 +173,12 @@ def test_bounded_echoes() -> None:
     assert bounded("y" * 500) == "y" * 200 + "…"
     assert bounded({"a": 1}) == {"a": 1}
     assert bounded(list(range(1000))).startswith("<array of ")
+    deep: list[object] = []
+    text = "[]"  # its JSON, as echoes write it: the surrogate escaped, the integer as digits
+    for _ in range(600):
+        deep = [deep, "\ud800", 2**70]
+        text = f'[{text},"\\\\ud800","{2**70}"]'
+    assert bounded(deep) == f"<array of {len(text)} bytes, not echoed>"
     assert bounded(b"\xff" * 300).endswith("…")
     errors = [
         {"type": "t", "loc": ("body", "x" * 100), "msg": "m", "input": "z" * 10_000, "ctx": {"error": ValueError("v")}}

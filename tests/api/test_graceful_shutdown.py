@@ -24,18 +24,24 @@ worker closes its own copy. Neither can be told apart from "refused" by the requ
 fate: it was not processed. Avoiding them needs traffic to stop before SIGTERM (the
 load balancer drains on readiness, then the pod is signalled), not a server change.
 
-Each request uses its own connection so that a request is never sent on a connection
-the server is closing as idle, which HTTP/1.1 leaves to the client to retry
-(RFC 9112 §9.3.1).
+Each request of that load uses its own connection. Kept-alive connections are the other
+case (`test_gunicorn_sigterm_answers_every_request_on_kept_alive_connections`): a client
+reusing its connection may send its next request just as the server, finding the
+connection idle, closes it -- HTTP/1.1 leaves that to the client to retry (RFC 9112
+§9.3.1), and many clients do not retry a POST. The server keeps such connections open for
+a drain window (`API_SHUTDOWN_DRAIN_S`) and answers what arrives with `Connection: close`,
+so clients that keep sending through SIGTERM get every request answered.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
+import random
 import signal
-import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +56,7 @@ from tests.support import (
     http_ok,
     running_serving,
     start_api,
+    start_gunicorn,
     wait_until,
 )
 
@@ -194,6 +201,10 @@ def run_case(proc: Proc, base: str, events_path: Path) -> int:
     # The signal came while the clients were sending: they saw the socket close.
     assert load.refused + len(load.unanswered) > 0
     assert "Traceback" not in log, log[-4000:]
+    # A worker closes its listening socket once: a second close(2) of that number fails
+    # (EBADF, logged by gunicorn) or closes whatever file took the number in between.
+    for symptom in ("Error while closing socket", "sink failed", "shutdown failed"):
+        assert symptom not in log, log[-4000:]
     check_events(events_path, load)
     return code
 
@@ -203,17 +214,14 @@ def test_gunicorn_sigterm_under_load_loses_nothing(serving: str, tmp_path: Path)
     events = tmp_path / "events.jsonl"
     prom_dir = tmp_path / "prometheus"
     prom_dir.mkdir()
-    gunicorn = Proc(
-        [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "api.app:create_app()"],
+    gunicorn = start_gunicorn(
         tmp_path / "gunicorn.log",
-        env={
-            "WEB_CONCURRENCY": "2",
-            "API_BIND": f"127.0.0.1:{port}",
-            "SERVING_URL": serving,
-            "PROMETHEUS_MULTIPROC_DIR": str(prom_dir),
-            "EVENTS_JSONL_PATH": str(events),
-            "ACCESS_LOG": "false",
-        },
+        WEB_CONCURRENCY="2",
+        API_BIND=f"127.0.0.1:{port}",
+        SERVING_URL=serving,
+        PROMETHEUS_MULTIPROC_DIR=str(prom_dir),
+        EVENTS_JSONL_PATH=str(events),
+        ACCESS_LOG="false",
     )
     assert run_case(gunicorn, f"http://127.0.0.1:{port}", events) == 0
 
@@ -226,3 +234,72 @@ def test_uvicorn_sigterm_under_load_loses_nothing(serving: str, tmp_path: Path) 
     )
     # uvicorn re-raises the SIGTERM it handled once its graceful shutdown is done.
     assert run_case(api, f"http://127.0.0.1:{port}", events) in (0, -signal.SIGTERM)
+
+
+KEEPALIVE_CLIENTS = 24
+THINK_S = 0.02  # a kept-alive client's pause before its next request, at most
+
+
+def test_gunicorn_sigterm_answers_every_request_on_kept_alive_connections(serving: str, tmp_path: Path) -> None:
+    """Clients that keep sending on their kept-alive connections through SIGTERM, each its
+    next request up to `THINK_S` after it has read an answer (so at any moment some
+    connections are idle, as with real clients): every request is answered 200, and each
+    connection's last answer says `Connection: close`; none is reset or closed unanswered."""
+    port = free_port()
+    gunicorn = start_gunicorn(
+        tmp_path / "gunicorn.log",
+        WEB_CONCURRENCY="2",
+        API_BIND=f"127.0.0.1:{port}",
+        SERVING_URL=serving,
+        EVENTS_JSONL_PATH=str(tmp_path / "events.jsonl"),
+        ACCESS_LOG="false",
+    )
+    bodies = [json.dumps(t.body).encode() for t in generate_transactions(64, seed=5)]
+    outcomes: Counter[str] = Counter()
+    lock = threading.Lock()
+    terminated = threading.Event()
+
+    def client(i: int) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=TIMEOUT_S)
+        deadline = time.monotonic() + LOAD_S + 4.0
+        think = random.Random(i)
+        sent = 0
+        try:
+            while time.monotonic() < deadline:
+                time.sleep(think.uniform(0, THINK_S))
+                body = bodies[(i + sent) % len(bodies)]
+                sent += 1
+                try:
+                    conn.request("POST", "/v1/fraud/score", body, {"content-type": "application/json"})
+                    response = conn.getresponse()
+                    response.read()
+                except (OSError, http.client.HTTPException) as exc:
+                    with lock:
+                        outcomes[f"{'after' if terminated.is_set() else 'before'} SIGTERM: {type(exc).__name__}"] += 1
+                    return
+                closing = response.getheader("connection", "").lower() == "close"
+                with lock:
+                    outcomes[f"{response.status}{'+close' if closing else ''}"] += 1
+                if closing:
+                    return
+        finally:
+            conn.close()
+
+    threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(KEEPALIVE_CLIENTS)]
+    try:
+        base = f"http://127.0.0.1:{port}"
+        wait_until(lambda: gunicorn.alive() and http_ok(f"{base}/readyz"), 90, "the API to be ready")
+        for t in threads:
+            t.start()
+        wait_until(lambda: outcomes["200"] >= 10 * KEEPALIVE_CLIENTS, LOAD_S, "kept-alive answers before SIGTERM")
+        terminated.set()
+        gunicorn.popen.send_signal(signal.SIGTERM)
+        for t in threads:
+            t.join(LOAD_S + TIMEOUT_S)
+    finally:
+        code = gunicorn.stop()
+    log = gunicorn.log_path.read_text()
+    print(f"\nkept-alive clients through SIGTERM: {dict(outcomes)}; exit {code}")
+    assert set(outcomes) == {"200", "200+close"}, (dict(outcomes), log[-3000:])
+    assert outcomes["200+close"] == KEEPALIVE_CLIENTS  # every connection ended by the server's answer
+    assert code == 0 and "Traceback" not in log, log[-4000:]

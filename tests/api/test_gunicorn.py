@@ -1,9 +1,11 @@
 """gunicorn + uvicorn workers against a real serving tier.
 
 Starts `python -m serving` and `gunicorn -c gunicorn.conf.py 'api.app:create_app()'`
-with two workers on loopback, scores requests, and checks that `/metrics` merges every
-worker's numbers (prometheus-client multiprocess mode), that each worker stays small
-and free of TensorFlow, and that SIGTERM stops the server with exit status 0.
+with two workers on loopback, as a user does (no `PROMETHEUS_MULTIPROC_DIR` given),
+scores requests, and checks that `/metrics` merges every worker's numbers
+(prometheus-client multiprocess mode), that each worker stays small and free of
+TensorFlow, and that SIGTERM stops the server with exit status 0 and removes the metrics
+directory it made.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from tests.support import (
     free_port,
     http_ok,
     running_serving,
+    start_gunicorn,
     wait_until,
 )
 
@@ -93,11 +96,11 @@ def metric_total(text: str, name: str, **labels: str) -> float:
 def test_two_workers_share_metrics_stay_small_and_stop_cleanly(
     serving: str, tmp_path: Path
 ) -> None:
+    assert "PROMETHEUS_MULTIPROC_DIR" not in os.environ  # the config must make its own
     port = free_port()
-    prom_dir = tmp_path / "prometheus"
-    prom_dir.mkdir()
-    (prom_dir / "counter_999999.db").write_bytes(b"stale from an earlier run")
     events = tmp_path / "events.jsonl"
+    tmp_dir = tmp_path / "tmp"  # where the master makes its metrics directory
+    tmp_dir.mkdir()
     gunicorn = Proc(
         [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "api.app:create_app()"],
         tmp_path / "gunicorn.log",
@@ -105,9 +108,9 @@ def test_two_workers_share_metrics_stay_small_and_stop_cleanly(
             "WEB_CONCURRENCY": str(WORKERS),
             "API_BIND": f"127.0.0.1:{port}",
             "SERVING_URL": serving,
-            "PROMETHEUS_MULTIPROC_DIR": str(prom_dir),
             "EVENTS_JSONL_PATH": str(events),
             "ACCESS_LOG": "false",
+            "TMPDIR": str(tmp_dir),
         },
     )
     base = f"http://127.0.0.1:{port}"
@@ -119,8 +122,7 @@ def test_two_workers_share_metrics_stay_small_and_stop_cleanly(
         wait_until(lambda: len(children(gunicorn.popen.pid)) == WORKERS, 30, "both workers")
         workers = children(gunicorn.popen.pid)
         assert len(workers) == WORKERS, workers
-        # The stale file was removed at start, before any worker wrote.
-        assert not (prom_dir / "counter_999999.db").exists()
+        [prom_dir] = tmp_dir.glob("api-prometheus-*")
 
         bodies = [t.body for t in generate_transactions(MAX_REQUESTS, seed=11)]
         # Concurrent connections so both workers take requests.
@@ -168,10 +170,22 @@ def test_two_workers_share_metrics_stay_small_and_stop_cleanly(
     log = gunicorn.log_path.read_text()
     assert code == 0, log[-4000:]
     assert "Traceback" not in log, log[-4000:]
+    assert "Error while closing socket" not in log, log[-4000:]  # each listener closed once
     # Workers drained their score events on the way out.
     assert len(events.read_text().splitlines()) == sent
-    # A directory it was given is left in place (only one it made itself is removed).
-    assert prom_dir.is_dir()
+    # The directory the master made is gone with it.
+    assert not prom_dir.exists()
+
+
+def test_a_start_that_fails_leaves_no_metrics_directory(tmp_path: Path) -> None:
+    """A configuration error stops gunicorn while it builds the app (before any worker):
+    the metrics directory it had made in the temp dir is removed all the same."""
+    gunicorn = start_gunicorn(
+        tmp_path / "gunicorn.log", TMPDIR=str(tmp_path), API_BIND=f"127.0.0.1:{free_port()}", MODEL_ROUTES="nope"
+    )
+    assert gunicorn.popen.wait(60) != 0
+    assert "MODEL_ROUTES: 'nope' is neither a built-in route" in gunicorn.log()
+    assert list(tmp_path.glob("api-prometheus-*")) == []
 
 
 def test_gunicorn_config_derives_workers_and_threads_from_the_cpu_budget(tmp_path: Path) -> None:
@@ -183,8 +197,7 @@ def test_gunicorn_config_derives_workers_and_threads_from_the_cpu_budget(tmp_pat
         "env = ('OMP_NUM_THREADS', 'MKL_NUM_THREADS', 'OPENBLAS_NUM_THREADS',\n"
         "       'PROMETHEUS_MULTIPROC_DIR')\n"
         "print(json.dumps({k: cfg[k] for k in keys} | {v: os.environ[v] for v in env}))\n"
-        "cfg['on_exit'](None)\n"
-        "print(os.path.exists(os.environ['PROMETHEUS_MULTIPROC_DIR']))\n"
+        "print(os.path.isdir(os.environ['PROMETHEUS_MULTIPROC_DIR']))\n"
     )
     env = {
         k: v
@@ -196,7 +209,7 @@ def test_gunicorn_config_derives_workers_and_threads_from_the_cpu_budget(tmp_pat
         [sys.executable, "-c", probe], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
     )
     assert out.returncode == 0, out.stderr
-    first, removed = out.stdout.splitlines()
+    first, made = out.stdout.splitlines()
     cfg = json.loads(first)
     cpus = available_cpus()
     assert cfg["workers"] == cpus
@@ -204,7 +217,24 @@ def test_gunicorn_config_derives_workers_and_threads_from_the_cpu_budget(tmp_pat
     assert cfg["preload_app"] is True
     assert cfg["OMP_NUM_THREADS"] == cfg["MKL_NUM_THREADS"] == cfg["OPENBLAS_NUM_THREADS"] == "1"
     assert "api-prometheus-" in cfg["PROMETHEUS_MULTIPROC_DIR"]
-    assert removed == "False"  # on_exit removed the directory it had made
+    assert made == "True"
+    assert not Path(cfg["PROMETHEUS_MULTIPROC_DIR"]).exists()  # removed when the process exited
+
+    # A directory it is given is kept, emptied of an earlier run's files.
+    given = tmp_path / "prometheus"
+    given.mkdir()
+    (given / "counter_999999.db").write_bytes(b"stale from an earlier run")
+    out = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=REPO,
+        env={**env, "PROMETHEUS_MULTIPROC_DIR": str(given)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.splitlines()[0])["PROMETHEUS_MULTIPROC_DIR"] == str(given)
+    assert given.is_dir() and list(given.iterdir()) == []
 
     out = subprocess.run(
         [sys.executable, "-c", probe],

@@ -23,6 +23,7 @@ from typing import Any
 import orjson
 import pytest
 import uvicorn
+from gunicorn.config import Config as GunicornConfig
 
 from api.http_server import ApiHttpProtocol, ConnectionLimits
 from api.http_server.connections import ConnectionRegistry
@@ -349,3 +350,46 @@ def test_a_request_unread_when_shutdown_begins_is_answered_with_connection_close
         assert status == 200
         assert headers["connection"] == "close"
         assert closed_by_peer(s)
+
+
+def begin_shutdown(running: Running) -> float:
+    """Do what uvicorn's shutdown does to every open connection; when it did, monotonic."""
+    running.call(lambda: [conn.shutdown() for conn in list(running.server.server_state.connections)])
+    return time.monotonic()
+
+
+@pytest.mark.limits(shutdown_drain_s=1.0)
+def test_a_request_sent_just_after_shutdown_began_on_an_idle_connection_is_answered_with_close(
+    running: Running,
+) -> None:
+    """The race of a kept-alive connection at SIGTERM: the server finds it idle, the client's
+    next request is already on its way. Within the drain window it is answered."""
+    with connect(running.port) as s:
+        s.sendall(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+        status, headers, _ = read_response(s)
+        assert status == 200 and headers.get("connection") != "close"  # kept alive, idle
+        begin_shutdown(running)
+        time.sleep(0.05)  # the request leaves the client 50 ms later
+        s.sendall(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+        status, headers, _ = read_response(s)
+        assert (status, headers["connection"]) == (200, "close")
+        assert closed_by_peer(s, timeout_s=2)
+
+
+@pytest.mark.limits(shutdown_drain_s=0.5)
+def test_an_idle_connection_is_closed_when_the_drain_window_ends(running: Running) -> None:
+    with connect(running.port) as s:
+        s.sendall(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert read_response(s)[0] == 200
+        began = time.monotonic()
+        begin_shutdown(running)
+        assert closed_by_peer(s, timeout_s=3)
+        assert 0.4 < time.monotonic() - began < 2.0
+
+
+def test_the_drain_window_comes_from_the_environment_within_gunicorns_graceful_timeout() -> None:
+    cfg = GunicornConfig()
+    assert ConnectionLimits.from_gunicorn(cfg, {}).shutdown_drain_s == 1.0
+    assert ConnectionLimits.from_gunicorn(cfg, {"API_SHUTDOWN_DRAIN_S": "0.3"}).shutdown_drain_s == 0.3
+    cfg.set("graceful_timeout", 1)
+    assert ConnectionLimits.from_gunicorn(cfg, {"API_SHUTDOWN_DRAIN_S": "5"}).shutdown_drain_s == 0.5

@@ -11,7 +11,10 @@ from __future__ import annotations
 import asyncio
 import http.server
 import json
+import os
 import re
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +31,7 @@ from api.request_context import current_request
 from api.serving_client import ServingTimeout
 from api.settings import Settings
 from tests.api.fake_serving import signature_def_json
+from tests.support import REPO
 
 STAGE_ROUTE = "/test/stages/{item}"
 
@@ -309,3 +313,18 @@ def test_log_level_setting_is_checked() -> None:
     assert Settings(log_level="debug").log_level == "DEBUG"
     with pytest.raises(ValueError):
         Settings(log_level="loud")
+
+
+def test_a_multiprocess_directory_set_after_the_import_stops_the_app(tmp_path: Path) -> None:
+    """prometheus-client picks file-backed values at its first import only: a directory
+    named later would give empty scrapes, so the app refuses to build (clean process)."""
+    probe = (
+        "import os, prometheus_client\n"
+        f"os.environ['PROMETHEUS_MULTIPROC_DIR'] = {str(tmp_path)!r}\n"
+        "from api.app import create_app\n"
+        "create_app()\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
+    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0
+    assert "PROMETHEUS_MULTIPROC_DIR was set after prometheus_client was imported" in out.stderr

@@ -210,7 +210,7 @@ OWN = "tests.api.test_model_routes:CIRCLE"
     [
         ({"circle": {"cutof": 0.1}}, [OWN], "MODELS__CIRCLE__CUTOF: route 'circle' has no such setting"),
         ({"circle": {"cutoff": 7}}, [OWN], "MODELS__CIRCLE__CUTOFF: Input should be less than or equal to 1"),
-        ({"digits": {}}, ["fraud"], "MODELS__DIGITS__...: no enabled route is named 'digits'"),
+        ({"fruad": {"threshold": 0.3}}, ["fraud"], "MODELS__FRUAD__THRESHOLD: no route is named 'fruad'"),
         ({}, ["nope"], "'nope' is neither a built-in route"),
         ({}, ["tests.api.test_model_routes:Point"], "is a ModelMetaclass, not a ModelRoute"),
         ({}, ["no.such.module:route"], "cannot import 'no.such.module:route'"),
@@ -223,6 +223,43 @@ def test_configuration_mistakes_stop_the_app_with_the_setting_named(
     settings = Settings(models=models, model_routes=routes)  # type: ignore[arg-type]
     with pytest.raises(RouteConfigError, match=message.replace("(", r"\(").replace(".", r"\.")):
         create_app(settings)
+
+
+def test_settings_of_a_built_in_route_that_is_not_enabled_are_ignored_with_one_line(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One environment shared by deployments serving different routes: the fraud route's
+    settings, old or new names, do not stop one that serves only another route."""
+    monkeypatch.setenv("MODEL_ROUTES", OWN)
+    monkeypatch.setenv("FRAUD_THRESHOLD", "0.3")
+    monkeypatch.setenv("MODELS__FRAUD__SIGNATURE_NAME", "scores")
+    monkeypatch.setenv("MODELS__DIGITS__MAX_IMAGE_PIXELS", "100")
+    with caplog.at_level("WARNING", logger="api.app"):
+        app = create_app()
+    assert [e.configured.route for e in app.state.model_endpoints] == [CIRCLE]
+    ignored = [r.getMessage() for r in caplog.records if "ignored" in r.getMessage()]
+    assert ignored == [
+        "MODELS__DIGITS__MAX_IMAGE_PIXELS ignored: route 'digits' is not enabled (MODEL_ROUTES serves circle)",
+        "FRAUD_THRESHOLD, MODELS__FRAUD__SIGNATURE_NAME ignored: route 'fraud' is not enabled "
+        "(MODEL_ROUTES serves circle)",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("FRAUD_THRESHOLD", "2", "FRAUD_THRESHOLD: Input should be less than or equal to 1"),
+        ("MODELS__FRAUD__THRESHOLD", "2", "MODELS__FRAUD__THRESHOLD: Input should be less than or equal to 1"),
+        ("MODELS__CIRCEL__CUTOFF", "0.5", "MODELS__CIRCEL__CUTOFF: no route is named 'circel'"),
+    ],
+)
+def test_a_refused_setting_is_named_by_the_variable_that_was_set(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, message: str
+) -> None:
+    monkeypatch.setenv("MODEL_ROUTES", f"fraud,{OWN}")
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(RouteConfigError, match=message.replace("(", r"\(").replace(".", r"\.")):
+        create_app()
 
 
 def test_the_app_refuses_to_start_when_serving_lacks_a_routes_model(settings: Settings) -> None:
@@ -276,7 +313,13 @@ def test_signature_mismatches_name_dtype_and_shape() -> None:
     )
     assert signature_mismatches(CIRCLE.signature, served) == [
         "input 'xy' is DT_DOUBLE, the route declares DT_FLOAT",
-        "output 'score' has shape [-1, 1], the route declares [batch, ]",
+        "output 'score' has shape [-1, 1], the route declares [batch]",  # a scalar per example
+    ]
+    wrong_width = SignatureInfo(
+        inputs={"xy": TensorInfo(DataType.DT_FLOAT, (-1, 3))}, outputs={"score": TensorInfo(DataType.DT_FLOAT, (-1,))}
+    )
+    assert signature_mismatches(CIRCLE.signature, wrong_width) == [
+        "input 'xy' has shape [-1, 3], the route declares [batch, 2]"
     ]
     unknown_rank = SignatureInfo(
         inputs={"xy": TensorInfo(DataType.DT_FLOAT, None)}, outputs={"score": TensorInfo(DataType.DT_FLOAT, (-1,))}

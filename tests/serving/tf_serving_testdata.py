@@ -31,6 +31,7 @@ and ``saved_model_counter.py`` (nothing is downloaded). :func:`export_testdata` 
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -168,18 +169,32 @@ def _counter(path: Path) -> None:
 
 
 def _save(graph: Any, path: Path, signatures: dict[str, Any]) -> None:
+    """Export `graph` to the version directory `path`, unless a run before did.
+
+    The graphs here are fixed, so a version already exported is kept (TensorFlow's builder
+    refuses a directory that exists). A version is written under a hidden name next to
+    `path` and renamed into place, so an interrupted run leaves nothing a later run -- or a
+    model server polling the folder -- takes for a whole version.
+    """
     import tensorflow as tf
 
+    if (path / "saved_model.pb").exists():
+        return
+    incoming = path.with_name(f".{path.name}.incoming")
+    shutil.rmtree(incoming, ignore_errors=True)  # left by an interrupted run
     v1 = tf.compat.v1
     with v1.Session(graph=graph) as session:
         session.run(v1.global_variables_initializer())
-        builder = v1.saved_model.builder.SavedModelBuilder(str(path))
+        builder = v1.saved_model.builder.SavedModelBuilder(str(incoming))
         builder.add_meta_graph_and_variables(session, ["serve"], signature_def_map=signatures)
         builder.save()
+    incoming.rename(path)
 
 
 def export_testdata(root: Path) -> Path:
-    """Export the models of this module's docstring under ``root``; returns ``root``."""
+    """Export the models of this module's docstring under ``root``; returns ``root``.
+
+    Running it again on the same ``root`` keeps the versions already there."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     _half_plus(root / "half_plus_two" / str(HALF_PLUS_TWO_VERSION), 2.0)
     _half_plus(root / "half_plus_two_versions" / "1", 2.0)
