@@ -3,8 +3,10 @@
     python -m api.protos.generate
 
 Runs grpcio-tools' protoc on the `.proto` sources under `api/protos/` (messages:
-`*_pb2.py` and `*_pb2.pyi`; services: `*_pb2_grpc.py`), then rewrites two things in
-the output, so the code can live inside this package:
+`*_pb2.py`; services: `*_pb2_grpc.py`) with mypy-protobuf's plugins for their type
+stubs (`*_pb2.pyi`, `*_pb2_grpc.pyi`: typed maps, enums and `grpc.aio` stubs, which
+protoc's own `--pyi_out` does not give; mypy checks the API against them), then
+rewrites two things in the output, so the code can live inside this package:
 
 * imports: protoc writes `from tensorflow.core.framework import tensor_pb2`, after the
   proto's own path; that would import the real TensorFlow (about 700 MB). They become
@@ -17,13 +19,14 @@ the output, so the code can live inside this package:
   `tensorflow-serving-api`) can live in one process: the compatibility test and any
   tool that imports both rely on that.
 
-Needs `grpcio-tools` (a dev dependency); the API itself only needs `protobuf` and
-`grpcio` at run time.
+Needs `grpcio-tools` and `mypy-protobuf` (dev dependencies); the API itself only needs
+`protobuf` and `grpcio` at run time.
 """
 
 from __future__ import annotations
 
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -40,11 +43,21 @@ _DEFAULT_POOL = "DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile("
 _OUR_POOL = f"from {PACKAGE} import _pool\nDESCRIPTOR = _pool.POOL.AddSerializedFile("
 
 
+def _plugin(name: str) -> str:
+    """`--plugin=` for a protoc plugin script installed beside this Python (the venv's bin/)."""
+    path = Path(sys.executable).parent / name
+    found = str(path) if path.exists() else shutil.which(name)
+    if found is None:
+        raise SystemExit(f"{name} not found: install the dev extra (mypy-protobuf)")
+    return f"--plugin={name}={found}"
+
+
 def _protoc(*args: str) -> None:
     from grpc_tools import protoc  # dev-only dependency, imported only when generating
 
     include = str(Path(protoc.__file__).parent / "_proto")  # google/protobuf/*.proto
-    code = protoc.main(["grpc_tools.protoc", f"-I{HERE}", f"-I{include}", *args])
+    plugins = [_plugin("protoc-gen-mypy"), _plugin("protoc-gen-mypy_grpc")]
+    code = protoc.main(["grpc_tools.protoc", f"-I{HERE}", f"-I{include}", *plugins, *args])
     if code != 0:
         raise SystemExit(f"protoc failed with exit code {code}")
 
@@ -57,11 +70,11 @@ def rewrite(source: str) -> str:
 
 def main() -> None:
     protos = sorted(p.relative_to(HERE).as_posix() for p in HERE.rglob("*.proto"))
-    for stale in [*HERE.rglob("*_pb2.py"), *HERE.rglob("*_pb2.pyi"), *HERE.rglob("*_pb2_grpc.py")]:
+    for stale in HERE.rglob("*_pb2*.py*"):
         stale.unlink()
-    _protoc(f"--python_out={HERE}", f"--pyi_out={HERE}", *protos)
-    _protoc(f"--grpc_python_out={HERE}", *SERVICES)
-    generated = [*HERE.rglob("*_pb2.py"), *HERE.rglob("*_pb2.pyi"), *HERE.rglob("*_pb2_grpc.py")]
+    _protoc(f"--python_out={HERE}", f"--mypy_out=quiet:{HERE}", *protos)
+    _protoc(f"--grpc_python_out={HERE}", f"--mypy_grpc_out=quiet:{HERE}", *SERVICES)
+    generated = sorted(HERE.rglob("*_pb2*.py*"))
     for path in generated:
         path.write_text(rewrite(path.read_text()))
     for directory in {p.parent for p in generated}:
