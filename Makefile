@@ -1,9 +1,9 @@
 # make run   - create .venv if missing, install, start serving + API on the example models
-# make test  - ruff, the import contracts (lint-imports) and the test suite (what CI runs)
+# make test  - ruff, the import contracts (lint-imports), the type check (mypy) and the test suite (what CI runs)
 # make model - retrain and re-export the examples (models/fraud/1, models/digits/1,
 #              models/fraud_transformer/1)
 # make doctor - check the CPU budget of both tiers, blocking async endpoints, gunicorn preload
-# make protos - regenerate the API's TF Serving protos (api/protos/*_pb2*.py) from their .proto files
+# make protos - regenerate the API's TF Serving protos (api/protos/*_pb2*.py, their .pyi stubs) from the .proto files
 # make chaos - the API under faults and hostile clients (real processes, loopback, ~2 min): a table per fault
 # make bench - throughput at a p99 SLO: naive, tuned in-process, split, ceiling; quick plan (< 8 min on 2 cores)
 # make bench-full - the same benchmark, full plan (every split variant, longer steps, finer search)
@@ -36,6 +36,7 @@ run: $(STAMP)
 test: $(STAMP)
 	$(PY) -m ruff check .
 	$(VENV)/bin/lint-imports
+	$(PY) -m mypy
 	$(PY) -m pytest
 
 chaos: $(STAMP)
@@ -65,4 +66,4 @@ bench-serving: $(STAMP)
 	$(PY) -m bench.serving_tier
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import fcntl
 import logging
 import os
@@ -44,7 +45,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Final, Protocol
+from typing import Final, Protocol, TypeVar
 
 import httpx
 import orjson
@@ -59,8 +60,15 @@ from tenacity import (
 from api.metrics import ApiMetrics
 
 logger = logging.getLogger("api.events")
+_T = TypeVar("_T")
 
-_STOP: Final = object()  # queued by aclose: everything before it is written, then the task ends
+class _Stop(enum.Enum):
+    """Queued by aclose: everything before it is written, then the task ends."""
+
+    STOP = enum.auto()
+
+
+_STOP: Final = _Stop.STOP
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,7 +262,7 @@ class EventPublisher:
         self._batch_size = batch_size
         self._linger_s = linger_s
         # Unbounded underneath, bounded by `publish`: so the stop marker always fits.
-        self._queue: asyncio.Queue[object] = asyncio.Queue()
+        self._queue: asyncio.Queue[ScoreEvent | _Stop] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self._closed = False
         # Ends a batch's linger early: set when a full batch is queued or at close.
@@ -299,7 +307,7 @@ class EventPublisher:
             item = await self._queue.get()
             if item is _STOP:
                 break
-            batch.append(item)  # type: ignore[arg-type]
+            batch.append(item)
             if self._linger_s and not self._closed and self._queue.qsize() < self._batch_size - 1:
                 self._wake.clear()
                 with contextlib.suppress(TimeoutError):
@@ -309,13 +317,13 @@ class EventPublisher:
                 if item is _STOP:
                     stopping = True
                     break
-                batch.append(item)  # type: ignore[arg-type]
+                batch.append(item)
             await self._write(batch)
         # Anything queued after the stop marker (nothing, once requests are done) is
         # written too rather than lost.
         rest = [e for e in _drain(self._queue) if e is not _STOP]
         for i in range(0, len(rest), self._batch_size):
-            await self._write(rest[i : i + self._batch_size])  # type: ignore[arg-type]
+            await self._write(rest[i : i + self._batch_size])
 
     async def _write(self, batch: list[ScoreEvent]) -> None:
         try:
@@ -327,7 +335,7 @@ class EventPublisher:
             self._written.inc(len(batch))
 
 
-def _drain(queue: asyncio.Queue[object]) -> list[object]:
+def _drain(queue: asyncio.Queue[_T]) -> list[_T]:
     items = []
     while not queue.empty():
         items.append(queue.get_nowait())

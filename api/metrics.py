@@ -97,7 +97,7 @@ class ApiMetrics:
     def __init__(self) -> None:
         # The `*_created` companion series (a gauge per labelled child) double the size of
         # a scrape and nothing here reads them. Process-wide, like the library's setting.
-        disable_created_metrics()  # type: ignore[no-untyped-call]
+        disable_created_metrics()  # type: ignore[no-untyped-call]  # unannotated in prometheus-client
         self.registry = CollectorRegistry()
         reg = self.registry
         if multiprocess_dir() is None:
@@ -168,7 +168,7 @@ class ApiMetrics:
         if path is None:
             return generate_latest(self.registry), CONTENT_TYPE_LATEST
         merged = CollectorRegistry()
-        multiprocess.MultiProcessCollector(merged, path=path)  # type: ignore[no-untyped-call]
+        multiprocess.MultiProcessCollector(merged, path=path)  # type: ignore[no-untyped-call]  # unannotated upstream
         return generate_latest(merged), CONTENT_TYPE_LATEST
 
 

@@ -31,7 +31,7 @@ import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 
 from api.deadlines import Deadline
@@ -118,14 +118,14 @@ def current_context() -> RequestContext:
     return _current.get() or RequestContext.detached()
 
 
-def bind(ctx: RequestContext) -> object:
+def bind(ctx: RequestContext) -> Token[RequestContext | None]:
     """Make `ctx` current; returns the token for `unbind` (middleware only)."""
     return _current.set(ctx)
 
 
-def unbind(token: object) -> None:
+def unbind(token: Token[RequestContext | None]) -> None:
     """Restore the context that was current before `bind` returned `token`."""
-    _current.reset(token)  # type: ignore[arg-type]
+    _current.reset(token)
 
 
 def outgoing_headers() -> dict[str, str]:

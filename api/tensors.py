@@ -73,7 +73,8 @@ def example_outputs(specs: Mapping[str, TensorSpec], outputs: Mapping[str, Tenso
             )
         if spec.dtype in _NUMBERS:
             _check_numbers(name, spec, tensor.values, model)
-        unpacked[name] = tensor.to_nested()[0]  # type: ignore[index]  # [1, ...]: the one example
+        # [1, *shape]: the values are the one example's, nested by its shape.
+        unpacked[name] = Tensor(spec.shape, tensor.values, tensor.dtype).to_nested()
     return unpacked
 
 

@@ -127,6 +127,7 @@ class ApiHttpProtocol(HttpToolsProtocol):
 
     # --- connection -------------------------------------------------------------------
 
+    # asyncio's Protocol takes any BaseTransport; uvicorn's narrows it to a stream's, as here.
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._cycle_transport = _CycleTransport(transport, self._close_after_response)
@@ -240,6 +241,7 @@ class ApiHttpProtocol(HttpToolsProtocol):
         super().on_headers_complete()
         cycle = self.cycle
         if cycle is not None:
+            # Duck-typed: the cycle calls only the four methods _CycleTransport binds.
             cycle.transport = self._cycle_transport  # type: ignore[assignment]
             if self._shutting_down:
                 cycle.keep_alive = False

@@ -22,7 +22,7 @@ from api.http_server.limits import ConnectionLimits
 from api.http_server.protocol import ApiHttpProtocol
 
 
-class ApiUvicornWorker(UvicornWorker):
+class ApiUvicornWorker(UvicornWorker):  # type: ignore[misc]  # uvicorn-worker ships no types: its class is Any
     """`UvicornWorker` serving each connection with `ApiHttpProtocol`."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -181,6 +181,8 @@ class ModelRoute(Generic[RequestT, ResponseT, OptionsT]):
     signature: Signature
     preprocess: Callable[[RequestT, OptionsT], Mapping[str, Any]]
     postprocess: Callable[[RequestT, Prediction, OptionsT], ResponseT]
+    # A default fits only the routes whose OptionsT is NoOptions, which a class-level default
+    # of a generic dataclass cannot say: the one place the type is looser than the use.
     options: type[OptionsT] = NoOptions  # type: ignore[assignment]
     preprocess_in_thread: bool = False
     input_id: Callable[[RequestT], str | None] = _no_input_id

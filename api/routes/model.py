@@ -91,6 +91,7 @@ class ModelEndpoint:
             async def upload_endpoint(**form: UploadFile) -> Any:
                 return await self.answer(form[field])
 
+            # FastAPI reads the parameters from __signature__, which typeshed does not declare on functions.
             upload_endpoint.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
                 [
                     inspect.Parameter(
@@ -107,6 +108,7 @@ class ModelEndpoint:
             async def json_endpoint(body: Any) -> Any:
                 return await self.answer(body)
 
+            # As above: the body's model is the route's, known only here.
             json_endpoint.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
                 [inspect.Parameter("body", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=request.model)]
             )

@@ -51,6 +51,7 @@ from api.serving_client._types import (
     ModelStatus,
     PredictRequest,
     PredictResponse,
+    Scalar,
     ServingClient,
     Tensor,
 )
@@ -92,13 +93,13 @@ def merge_requests(requests: Sequence[PredictRequest]) -> PredictRequest:
         raise ValueError("only requests with the same batch_key can be merged")
     inputs: dict[str, Tensor] = {}
     for name, tensor in first.inputs.items():
-        values: list[object] = []
+        values: list[Scalar] = []
         rows = 0
         for request in requests:
             part = request.inputs[name]
             values.extend(part.values)
             rows += part.shape[0]
-        inputs[name] = Tensor((rows, *tensor.shape[1:]), values, tensor.dtype)  # type: ignore[arg-type]
+        inputs[name] = Tensor((rows, *tensor.shape[1:]), values, tensor.dtype)
     return PredictRequest(first.model_spec, inputs, first.output_filter)
 
 
@@ -263,26 +264,27 @@ class CoalescingClient:
             parts = split_response(response, [batch_rows(m.request) for m in members])
         except ServingError as exc:
             for m in members:
-                _settle(m, error=_copy(exc))
+                _settle(m, _copy(exc))
             return
         except BaseException as exc:
             # Cancelled (shutdown) or a bug: no member may wait forever.
             for m in members:
-                _settle(m, error=ServingUnavailable(f"batch failed ({type(exc).__name__})"))
+                _settle(m, ServingUnavailable(f"batch failed ({type(exc).__name__})"))
             if not isinstance(exc, Exception):
                 raise
             return
         for m, part in zip(members, parts, strict=True):
-            _settle(m, result=part)
+            _settle(m, part)
 
 
-def _settle(member: _Member, *, result: PredictResponse | None = None, error: BaseException | None = None) -> None:
+def _settle(member: _Member, outcome: PredictResponse | BaseException) -> None:
+    """Give the member its answer, or the exception it raises."""
     if member.abandoned or member.future.done():
         return  # nobody will read it; setting an error here would log "never retrieved"
-    if error is not None:
-        member.future.set_exception(error)
+    if isinstance(outcome, BaseException):
+        member.future.set_exception(outcome)
     else:
-        member.future.set_result(result)  # type: ignore[arg-type]
+        member.future.set_result(outcome)
 
 
 def _copy(exc: ServingError) -> ServingError:

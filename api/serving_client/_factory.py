@@ -143,7 +143,8 @@ async def open_serving_client(
             )
 
         async def retire(replica: ServingClient) -> None:
-            await pools.close_pool(replica.target)  # type: ignore[attr-defined]
+            if isinstance(replica, RestTransport):  # always: make_replica's; its pool goes with it
+                await pools.close_pool(replica.target)
 
     def replicated(replicas: Sequence[ServingClient]) -> ServingClient:
         return ReplicatedClient(

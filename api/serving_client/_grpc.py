@@ -12,10 +12,11 @@ canonical codes, so the translation is `Code[status.name]`, here and nowhere els
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypeVar
 
 import grpc
 import grpc.aio
+from google.protobuf.message import Message
 
 from api.deadlines import Deadline
 from api.protos.tensorflow_serving.apis import (
@@ -49,6 +50,8 @@ from api.serving_client._types import (
 )
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+_Request = TypeVar("_Request", bound=Message)
+_Response = TypeVar("_Response", bound=Message)
 
 # Channel arguments (grpc/grpc include/grpc/impl/channel_arg_names.h).
 CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
@@ -135,7 +138,9 @@ class GrpcTransport:
         """Close the channel (calls still running are cancelled)."""
         await self._channel.close()
 
-    async def _call(self, method: grpc.aio.UnaryUnaryMultiCallable, message: Any, deadline: Deadline) -> Any:
+    async def _call(
+        self, method: grpc.aio.UnaryUnaryMultiCallable[_Request, _Response], message: _Request, deadline: Deadline
+    ) -> _Response:
         """One unary call with the deadline's remaining budget as its gRPC deadline."""
         budget = call_budget(deadline, self._call_timeout_s, self.target)
         metadata = tuple(self._metadata().items())

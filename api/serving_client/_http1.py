@@ -265,15 +265,18 @@ class _Connection(asyncio.Protocol):
 
     # -- asyncio.Protocol
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport  # type: ignore[assignment]
+    # asyncio's Protocol takes any BaseTransport; a connection made by create_connection is
+    # a stream's (uvloop's does not subclass asyncio.Transport, so an isinstance check cannot say so).
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        self._transport = transport
 
     def data_received(self, data: bytes) -> None:
         if self._waiter is None:
             # Bytes nobody asked for (a second response, junk): the stream can no
             # longer be trusted to line up with our requests.
             self._keep_alive = False
-            self._transport.abort()  # type: ignore[union-attr]
+            if self._transport is not None:  # bytes arrive only after connection_made
+                self._transport.abort()
             return
         self._got_bytes = True
         try:

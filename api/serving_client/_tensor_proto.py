@@ -15,8 +15,9 @@ import struct
 import sys
 from array import array
 from collections.abc import Mapping, Sequence
+from typing import TypeVar
 
-from api.protos.tensorflow.core.framework import tensor_pb2, tensor_shape_pb2
+from api.protos.tensorflow.core.framework import tensor_pb2, tensor_shape_pb2, types_pb2
 from api.protos.tensorflow.core.protobuf import meta_graph_pb2
 from api.protos.tensorflow_serving.apis import get_model_metadata_pb2, get_model_status_pb2, predict_pb2
 from api.serving_client._errors import ServingBadResponse
@@ -51,6 +52,7 @@ _LAYOUT: dict[DataType, tuple[str, int, str]] = {
 for _typecode, _size, _ in _LAYOUT.values():  # array's C types must have the wire sizes
     assert array(_typecode).itemsize == _size, (_typecode, _size)
 _SWAP = sys.byteorder != "little"  # tensor_content is little-endian on every TF host
+_V = TypeVar("_V")
 
 
 def tensor_to_proto(tensor: Tensor, out: tensor_pb2.TensorProto | None = None) -> tensor_pb2.TensorProto:
@@ -67,16 +69,19 @@ def tensor_to_proto(tensor: Tensor, out: tensor_pb2.TensorProto | None = None) -
     proto = tensor_pb2.TensorProto() if out is None else out
     if tensor.dtype is None:
         raise ValueError("a tensor sent over gRPC needs a dtype")
-    proto.dtype = int(tensor.dtype)
+    proto.dtype = types_pb2.DataType.ValueType(tensor.dtype)
     for size in tensor.shape:
         proto.tensor_shape.dim.add().size = size
     if tensor.dtype is DataType.DT_STRING:
+        # `values` is typed for every dtype; protobuf checks each is bytes (TypeError otherwise).
         proto.string_val.extend(tensor.values)  # type: ignore[arg-type]
         return proto
     layout = _LAYOUT.get(tensor.dtype)
     if layout is None:
         raise ValueError(f"cannot encode dtype {tensor.dtype.name}")
-    values = array(layout[0], tensor.values)  # type: ignore[arg-type]
+    # `values` is typed for every dtype; array() checks each fits the C type (TypeError,
+    # OverflowError), which is the check the caller relies on.
+    values = array(layout[0], tensor.values)  # type: ignore[type-var]
     if _SWAP:
         values.byteswap()
     proto.tensor_content = values.tobytes()
@@ -118,13 +123,15 @@ def tensor_from_proto(proto: tensor_pb2.TensorProto) -> Tensor:
             decoded.frombytes(proto.tensor_content)
             if _SWAP:
                 decoded.byteswap()
-            values = decoded.tolist()
+            numbers: Sequence[float] = decoded.tolist()  # int and bool values too: float's type admits them
         else:
-            values = _fill(list(getattr(proto, field_name)), count, dtype)
+            numbers = _fill(list(getattr(proto, field_name)), count, dtype)
         if dtype is DataType.DT_BOOL:
-            values = [bool(v) for v in values]
+            values = [bool(v) for v in numbers]
         elif dtype is DataType.DT_FLOAT:
-            values = [shortest_float32(v) for v in values]  # type: ignore[arg-type]
+            values = [shortest_float32(v) for v in numbers]
+        else:
+            values = numbers
     return Tensor(shape, values, dtype)
 
 
@@ -148,7 +155,7 @@ def shortest_float32(value: float) -> float:
     return value
 
 
-def _fill(values: list[Scalar], count: int, dtype: DataType) -> list[Scalar]:
+def _fill(values: list[_V], count: int, dtype: DataType) -> list[_V]:
     """TensorFlow's rule for typed fields: fewer values than elements repeat the last."""
     if len(values) == count:
         return values

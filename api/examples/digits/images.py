@@ -116,8 +116,7 @@ def decode_grayscale(data: bytes, *, max_pixels: int) -> Image.Image:
         if image.format == "JPEG":
             image.draft("L", (JPEG_DRAFT_SIDE, JPEG_DRAFT_SIDE))
         image.load()
-        image = ImageOps.exif_transpose(image)
-        return _to_gray(image)
+        return _to_gray(ImageOps.exif_transpose(image))
     except _DECODE_ERRORS as exc:
         raise ImageError(f"truncated or corrupt {image.format} image ({exc})") from exc
 
@@ -190,13 +189,30 @@ def _to_gray(image: Image.Image) -> Image.Image:
 def _border_median(gray: Image.Image) -> float:
     """Median of the outermost ring of pixels: the background level, 0..255."""
     width, height = gray.size
-    ring: list[int] = []
+    ring: list[float] = []
     for box in ((0, 0, width, 1), (0, height - 1, width, height)):
-        ring.extend(gray.crop(box).get_flattened_data())
+        ring.extend(_one_band(gray.crop(box)))
     if height > 2:
         for box in ((0, 1, 1, height - 1), (width - 1, 1, width, height - 1)):
-            ring.extend(gray.crop(box).get_flattened_data())
+            ring.extend(_one_band(gray.crop(box)))
     return statistics.median(ring)
+
+
+def _one_band(image: Image.Image) -> list[float]:
+    """The pixel values of a one-band image ("L", "F"), row by row.
+
+    Pillow types `get_flattened_data()` for every mode (a tuple per pixel when there are
+    several bands); this states, and checks, that the image has one.
+
+    Raises:
+        ValueError: the image has several bands (a caller's bug, not the upload's).
+    """
+    values: list[float] = []
+    for value in image.get_flattened_data():
+        if isinstance(value, tuple):
+            raise ValueError(f"expected a one-band image, got mode {image.mode}")
+        values.append(value)
+    return values
 
 
 def digit_grid(gray: Image.Image) -> list[list[list[float]]]:
@@ -223,7 +239,9 @@ def digit_grid(gray: Image.Image) -> list[list[list[float]]]:
     ink = gray.point(
         [round(max(0, (255 - v if light else v) - background) * 255 / span) for v in range(256)]
     )
-    _, strongest = ink.getextrema()
+    strongest = ink.getextrema()[1]
+    if isinstance(strongest, tuple):  # a (min, max) pair per band: not the "L" image promised
+        raise ValueError(f"expected a one-band image, got mode {ink.mode}")
     if strongest < MIN_CONTRAST:
         raise ImageError("no digit found: the image is blank or has too little contrast")
     threshold = max(1, strongest * INK_FRACTION)
@@ -240,7 +258,7 @@ def digit_grid(gray: Image.Image) -> list[list[list[float]]]:
     if factor > 1:
         square = square.reduce(factor)
     small = square.convert("F").resize((DIGIT_SIDE, DIGIT_SIDE), Image.Resampling.BOX)
-    values = list(small.get_flattened_data())
+    values = _one_band(small)
     scale = INK_MAX / max(values)  # > 0: the bounding box holds at least one ink pixel
     return [
         [[values[row * DIGIT_SIDE + col] * scale] for col in range(DIGIT_SIDE)]
