@@ -3,6 +3,7 @@
 # make model - retrain and re-export the examples (models/fraud/1, models/digits/1,
 #              models/fraud_transformer/1)
 # make doctor - check the CPU budget of both tiers, blocking async endpoints, gunicorn preload
+# make import-graph - modules, import edges and cycles of api/ and serving/, and their ten largest modules
 # make protos - regenerate the API's TF Serving protos (api/protos/*_pb2*.py, their .pyi stubs) from the .proto files
 # make chaos - the API under faults and hostile clients (real processes, loopback, ~2 min): a table per fault
 # make bench - throughput at a p99 SLO: naive, tuned in-process, split, ceiling; quick plan (< 8 min on 2 cores)
@@ -19,7 +20,7 @@ API_PORT ?= 8000
 REST_API_PORT ?= 8501
 GRPC_PORT ?= 8500
 
-.PHONY: install run test chaos compose-test model protos doctor bench bench-full bench-serving clean
+.PHONY: install run test chaos compose-test model protos doctor import-graph bench bench-full bench-serving clean
 
 install: $(STAMP)
 
@@ -55,6 +56,9 @@ protos: $(STAMP)
 
 doctor: $(STAMP)
 	$(PY) -m api.doctor
+
+import-graph: $(STAMP)
+	$(PY) -m tools.import_graph api serving
 
 bench: $(STAMP)
 	$(PY) -m bench
