@@ -2,7 +2,8 @@
 
     python -m serving.protos.generate
 
-Runs grpcio-tools' protoc (a dev dependency) on every ``.proto`` under ``serving/protos/`` and
+Runs grpcio-tools' protoc (a dev dependency) on every ``.proto`` under ``serving/protos/``, with
+mypy-protobuf's plugin for the type stubs (``*_pb2.pyi``, which mypy checks the server against), and
 points the generated modules at :data:`serving.protos._pool.POOL` instead of protobuf's default
 pool (see ``_pool.py`` for why), and their imports of each other at ``serving.protos`` (protoc
 writes ``from tensorflow.core.example import feature_pb2``, which would load TensorFlow's own).
@@ -11,6 +12,7 @@ writes ``from tensorflow.core.example import feature_pb2``, which would load Ten
 from __future__ import annotations
 
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -21,6 +23,15 @@ _IMPORT = re.compile(r"^from ([\w.]+) import (\w+_pb2)\b", re.M)
 _INIT = '"""Generated protobuf code; see serving/protos/generate.py."""\n'
 
 
+def _plugin(name: str) -> str:
+    """``--plugin=`` for a protoc plugin script installed beside this Python (the venv's bin/)."""
+    path = Path(sys.executable).parent / name
+    found = str(path) if path.exists() else shutil.which(name)
+    if found is None:
+        raise SystemExit(f"{name} not found: install the dev extra (mypy-protobuf)")
+    return f"--plugin={name}={found}"
+
+
 def main() -> None:
     from grpc_tools import protoc  # dev-only dependency, imported only when generating
 
@@ -28,7 +39,8 @@ def main() -> None:
     for stale in [*HERE.rglob("*_pb2.py"), *HERE.rglob("*_pb2.pyi")]:
         stale.unlink()
     include = str(Path(protoc.__file__).parent / "_proto")  # google/protobuf/*.proto
-    args = ["protoc", f"-I{HERE}", f"-I{include}", f"--python_out={HERE}", f"--pyi_out={HERE}"]
+    mypy = [_plugin("protoc-gen-mypy"), f"--mypy_out=quiet:{HERE}"]
+    args = ["protoc", f"-I{HERE}", f"-I{include}", f"--python_out={HERE}", *mypy]
     if protoc.main([*args, *protos]) != 0:
         raise SystemExit("protoc failed")
     generated = [*HERE.rglob("*_pb2.py"), *HERE.rglob("*_pb2.pyi")]
