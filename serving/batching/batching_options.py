@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from dataclasses import dataclass
+from typing import Literal
 
 from serving.protos.tensorflow_serving.servables.tensorflow import session_bundle_config_pb2
 from serving.util.errors import Code, ServingError
@@ -29,6 +30,8 @@ __all__ = [
 MODEL_SERVER_THREAD_POOL_NAME = "model_server_batch_threads"
 
 BatchingParameters = session_bundle_config_pb2.BatchingParameters
+# The BatchingParameters fields that wrap an int64 (google.protobuf.Int64Value).
+_Int64Field = Literal["max_batch_size", "batch_timeout_micros", "max_enqueued_batches", "num_batch_threads"]
 
 
 def read_batching_parameters_file(path: str) -> BatchingParameters:
@@ -101,7 +104,7 @@ class BatchingOptions:
                 thread_pool_name=MODEL_SERVER_THREAD_POOL_NAME,
             )
 
-        def value(field: str, default: int) -> int:
+        def value(field: _Int64Field, default: int) -> int:
             return int(getattr(parameters, field).value) if parameters.HasField(field) else default
 
         options = cls(

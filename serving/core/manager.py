@@ -429,13 +429,16 @@ class ServableManager:
         def log_retry(state: tenacity.RetryCallState) -> None:
             _log.info("Retrying of %s retry: %d", description, state.attempt_number)
 
+        def sleep(seconds: float) -> None:
+            harness.cancel_load_retry.wait(seconds)  # returns early once the load is cancelled
+
         retrying = tenacity.Retrying(
             stop=tenacity.stop_after_attempt(self._max_num_load_retries + 1),
             wait=tenacity.wait_fixed(self._load_retry_interval_s),
             # No retry once the version is no longer aspired (or the server stops): the sleep
             # below returns early then, and the next attempt raises CANCELLED.
             retry=tenacity.retry_if_exception(lambda _: not harness.cancel_load_retry.is_set()),
-            sleep=harness.cancel_load_retry.wait,
+            sleep=sleep,
             before_sleep=log_retry,
             reraise=True,
         )

@@ -31,7 +31,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, NoReturn
 
 import cpu_quota
 from serving.util.request_limits import RequestLimits
@@ -275,7 +275,7 @@ _UNIMPLEMENTED = (
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]  # argparse's exits; ours raises
+    def error(self, message: str) -> NoReturn:  # argparse's exits; ours raises
         raise FlagError(message)
 
 

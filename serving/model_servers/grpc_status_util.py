@@ -33,7 +33,7 @@ _log = logging.getLogger(__name__)
 
 _ERROR_MESSAGE_LIMIT = 1024  # ToGRPCStatus' kErrorMessageLimit
 
-Behavior = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
+Behavior = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[Any]]
 
 
 class _Unparsable:
@@ -88,7 +88,7 @@ def _parser(request_class: Any) -> Callable[[bytes], Any]:
 def _translating_errors(
     behavior: Behavior, method: str, on_limit: Callable[[LimitExceeded], None] | None
 ) -> Behavior:
-    async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def call(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         if type(request) is _Unparsable:
             await context.abort(grpc.StatusCode.INTERNAL, request.message)
         try:

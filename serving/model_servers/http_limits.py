@@ -80,6 +80,7 @@ class HeadLimitedProtocol(HttpToolsProtocol):
 
     # ---- asyncio.Protocol -------------------------------------------------------------------
 
+    # asyncio's Protocol takes any BaseTransport; uvicorn's narrows it to a stream's, as here.
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._arm_head_timer()  # the first head must arrive in time too

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import grpc
 from tensorflow_serving.apis import (
@@ -30,7 +31,7 @@ _log = logging.getLogger(__name__)
 ReloadConfig = Callable[[ModelServerConfig], Awaitable[None]]
 
 
-class ModelService(model_service_pb2_grpc.ModelServiceServicer):
+class ModelService(model_service_pb2_grpc.ModelServiceServicer):  # type: ignore[misc]  # the wheel has no types
     """``tensorflow.serving.ModelService``.
 
     ``reload_config`` applies a new ``ModelServerConfig`` (``ServerCore::ReloadConfig``) and
@@ -44,7 +45,7 @@ class ModelService(model_service_pb2_grpc.ModelServiceServicer):
     async def GetModelStatus(  # noqa: N802
         self,
         request: get_model_status_pb2.GetModelStatusRequest,
-        context: grpc.aio.ServicerContext,
+        context: grpc.aio.ServicerContext[Any, Any],
     ) -> get_model_status_pb2.GetModelStatusResponse:
         """``GetModelStatus``: every version's state (or the requested one's), latest first."""
         proto_codec.require_model_spec(request)
@@ -54,7 +55,7 @@ class ModelService(model_service_pb2_grpc.ModelServiceServicer):
     async def HandleReloadConfigRequest(  # noqa: N802
         self,
         request: model_management_pb2.ReloadConfigRequest,
-        context: grpc.aio.ServicerContext,
+        context: grpc.aio.ServicerContext[Any, Any],
     ) -> model_management_pb2.ReloadConfigResponse:
         """``HandleReloadConfigRequest``: only a ``model_config_list`` config is accepted.
 

@@ -20,6 +20,7 @@ reading ``outputs["y"].float_val`` work); ``--grpc_response_tensor_content`` swi
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import grpc
 from tensorflow_serving.apis import (
@@ -41,7 +42,7 @@ from serving.util.request_limits import RequestLimits
 __all__ = ["PredictionService", "session_timeout_ms"]
 
 
-def session_timeout_ms(context: grpc.aio.ServicerContext) -> int | None:
+def session_timeout_ms(context: grpc.aio.ServicerContext[Any, Any]) -> int | None:
     """The ``Session`` run timeout for a call: its remaining deadline in ms, rounded up to a
     power of two (see module doc); ``None`` without a deadline or once it has passed (gRPC
     ends the call then; TF Serving likewise treats a timeout <= 0 as none)."""
@@ -52,7 +53,7 @@ def session_timeout_ms(context: grpc.aio.ServicerContext) -> int | None:
     return 1 << (millis - 1).bit_length()
 
 
-class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
+class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):  # type: ignore[misc]  # the wheel has no types
     """``tensorflow.serving.PredictionService``."""
 
     def __init__(
@@ -72,7 +73,7 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
         self._tensor_content = response_tensor_content
 
     async def Predict(  # noqa: N802 - the generated servicer's method names
-        self, request: predict_pb2.PredictRequest, context: grpc.aio.ServicerContext
+        self, request: predict_pb2.PredictRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> predict_pb2.PredictResponse:
         """``Predict``: tensors in, tensors out (see :meth:`Predictor.predict
         <serving.servables.tensorflow.predict_impl.Predictor.predict>`)."""
@@ -83,7 +84,7 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
         return proto_codec.predict_response_to_proto(response, as_content=self._tensor_content)
 
     async def Classify(  # noqa: N802
-        self, request: classification_pb2.ClassificationRequest, context: grpc.aio.ServicerContext
+        self, request: classification_pb2.ClassificationRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> classification_pb2.ClassificationResponse:
         """``Classify``: tf.Examples in, (label, score) lists out."""
         core_request = proto_codec.example_request_from_proto(request, self._limits)
@@ -93,7 +94,7 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
         return proto_codec.classification_response_to_proto(response)
 
     async def Regress(  # noqa: N802
-        self, request: regression_pb2.RegressionRequest, context: grpc.aio.ServicerContext
+        self, request: regression_pb2.RegressionRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> regression_pb2.RegressionResponse:
         """``Regress``: tf.Examples in, one value each out."""
         core_request = proto_codec.example_request_from_proto(request, self._limits)
@@ -103,7 +104,7 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
         return proto_codec.regression_response_to_proto(response)
 
     async def MultiInference(  # noqa: N802
-        self, request: inference_pb2.MultiInferenceRequest, context: grpc.aio.ServicerContext
+        self, request: inference_pb2.MultiInferenceRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> inference_pb2.MultiInferenceResponse:
         """``MultiInference``: several classify/regress signatures, one Session run."""
         core_request = proto_codec.multi_inference_request_from_proto(request, self._limits)
@@ -115,7 +116,7 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
     async def GetModelMetadata(  # noqa: N802
         self,
         request: get_model_metadata_pb2.GetModelMetadataRequest,
-        context: grpc.aio.ServicerContext,
+        context: grpc.aio.ServicerContext[Any, Any],
     ) -> get_model_metadata_pb2.GetModelMetadataResponse:
         """``GetModelMetadata``: the servable's SignatureDefs, ``Any``-packed
         ``SignatureDefMap`` under ``metadata["signature_def"]`` (the only field there is)."""

@@ -216,9 +216,11 @@ def build(options: ServerOptions, config: ModelServerConfig) -> ModelServer:
             response_tensor_content=options.grpc_response_tensor_content,
             limits=limits,
         )
-        model_service = ModelService(
-            manager, functools.partial(load_executor.run, manager.reload_config)
-        )
+
+        async def reload_config(new_config: ModelServerConfig) -> None:
+            await load_executor.run(manager.reload_config, new_config)  # blocking: off the loop
+
+        model_service = ModelService(manager, reload_config)
         front_ends.append(
             GrpcServer(
                 options,
@@ -315,8 +317,9 @@ def _log_loaded(manager: ServableManager, loading: asyncio.Future[Any]) -> None:
 class FrontEnd(Protocol):
     """A protocol front end (REST, gRPC) as the server drives it."""
 
-    task: asyncio.Future[Any] | None
-    """Done when the front end stopped (or crashed); ``None`` before :meth:`start`."""
+    @property
+    def task(self) -> asyncio.Future[Any] | None:
+        """Done when the front end stopped (or crashed); ``None`` before :meth:`start`."""
 
     async def start(self) -> None:
         """Start serving on the already bound sockets."""

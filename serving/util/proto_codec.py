@@ -23,6 +23,7 @@ import math
 from collections.abc import Mapping
 
 import numpy as np
+from google.protobuf.message import Message
 from tensorflow.core.framework.tensor_pb2 import TensorProto
 from tensorflow_serving.apis import (
     classification_pb2,
@@ -65,9 +66,9 @@ __all__ = [
 ]
 
 
-def require_model_spec(request: object) -> None:
+def require_model_spec(request: Message) -> None:
     """Raise ``INVALID_ARGUMENT Missing ModelSpec`` when ``request.model_spec`` is unset."""
-    if not request.HasField("model_spec"):  # type: ignore[attr-defined]
+    if not request.HasField("model_spec"):
         raise ServingError(Code.INVALID_ARGUMENT, "Missing ModelSpec")
 
 

@@ -311,7 +311,8 @@ def _parse_deep(text: str, start: int) -> Any:
             if expect not in (_VALUE, _VALUE_OR_CLOSE, _KEY, _KEY_OR_CLOSE):
                 raise fail(token_pos)
             try:
-                value, pos = json.decoder.scanstring(text, token_pos + 1, True)
+                # json's own string scanner (C, else Python); typeshed leaves it out of json.decoder.
+                value, pos = json.decoder.scanstring(text, token_pos + 1, True)  # type: ignore[attr-defined]
             except json.JSONDecodeError as exc:
                 raise _error(_PARSE_ERRORS.get(exc.msg, "Invalid value."), text, exc.pos) from None
             if expect in (_KEY, _KEY_OR_CLOSE):

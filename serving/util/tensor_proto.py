@@ -32,7 +32,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeAlias
 
 import ml_dtypes
 import numpy as np
@@ -42,6 +42,9 @@ from tensorflow.core.framework.tensor_pb2 import TensorProto
 from serving.apis import MAX_RANK
 
 __all__ = ["TensorProtoError", "data_type_name", "from_ndarray", "to_ndarray"]
+
+
+_DataType: TypeAlias = types_pb2.DataType.ValueType  # a DataType number (an int at run time)
 
 
 class TensorProtoError(ValueError):
@@ -61,7 +64,7 @@ class _Layout:
     kind: str = "plain"  # "plain" | "bits16" | "complex" | "string"
 
 
-_LAYOUTS: Mapping[int, _Layout] = MappingProxyType(
+_LAYOUTS: Mapping[_DataType, _Layout] = MappingProxyType(
     {
         types_pb2.DT_FLOAT: _Layout(np.dtype("<f4"), "float_val"),
         types_pb2.DT_DOUBLE: _Layout(np.dtype("<f8"), "double_val"),
@@ -83,7 +86,7 @@ _LAYOUTS: Mapping[int, _Layout] = MappingProxyType(
 )
 
 # numpy dtype (native byte order) -> DataType, for outputs.
-_DATA_TYPES: Mapping[np.dtype[Any], int] = MappingProxyType(
+_DATA_TYPES: Mapping[np.dtype[Any], _DataType] = MappingProxyType(
     {layout.numpy.newbyteorder("="): dtype for dtype, layout in _LAYOUTS.items()}
 )
 
@@ -95,7 +98,7 @@ def data_type_name(dtype: np.dtype[Any]) -> str:
     return types_pb2.DataType.Name(code) if code is not None else "DT_INVALID"
 
 
-def _data_type(dtype: np.dtype[Any]) -> int | None:
+def _data_type(dtype: np.dtype[Any]) -> _DataType | None:
     code = _DATA_TYPES.get(dtype)  # native byte order: the common case, one lookup
     if code is not None:
         return code
@@ -172,7 +175,7 @@ def _typed_values(proto: TensorProto, layout: _Layout, count: int) -> np.ndarray
     return padded
 
 
-def _dtype_label(code: int) -> str:
+def _dtype_label(code: _DataType) -> str:
     try:
         return types_pb2.DataType.Name(code)
     except ValueError:
@@ -218,5 +221,6 @@ def from_ndarray(array: np.ndarray, proto: TensorProto, *, as_content: bool = Fa
 
 def _as_bytes(values: np.ndarray) -> list[bytes]:
     if values.dtype.kind == "S":
-        return values.tolist()  # type: ignore[no-any-return]
+        as_bytes: list[bytes] = values.tolist()  # numpy types tolist() as Any; "S" arrays hold bytes
+        return as_bytes
     return [value if isinstance(value, bytes) else str(value).encode() for value in values]

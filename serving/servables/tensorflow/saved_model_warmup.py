@@ -289,6 +289,8 @@ def _run_warmup_request(
     """``RunWarmupRequest``: run one record as its request would run; return the log type's name
     instead when TF Serving's Session-based warmup skips it. Raises the request's error."""
     kind = log.WhichOneof("log_type")
+    feeds: Mapping[str, np.ndarray]
+    finish: Callable[[Sequence[np.ndarray]], object]
     if kind == "predict_log":
         request = log.predict_log.request
         model_name = request.model_spec.name
@@ -337,7 +339,7 @@ def _silence_deprecation() -> contextlib.AbstractContextManager[Any]:
     """``tf_record_iterator`` logs a deprecation warning; it is the plain C++ record reader TF
     Serving uses (``tf.data`` wraps its errors in op names)."""
     try:
-        from tensorflow.python.util import deprecation
+        from tensorflow.python.util import deprecation  # type: ignore[attr-defined]  # no stub in types-tensorflow
     except ImportError:  # pragma: no cover - layout of a future TensorFlow
         return contextlib.nullcontext()
     silence: contextlib.AbstractContextManager[Any] = deprecation.silence()

@@ -47,7 +47,7 @@ _REGRESS_METHOD = "tensorflow/serving/regress"
 def _silence_deprecation() -> contextlib.AbstractContextManager[Any]:
     """``loader.load`` logs a deprecation warning on every call; TF Serving uses this very API."""
     try:
-        from tensorflow.python.util import deprecation
+        from tensorflow.python.util import deprecation  # type: ignore[attr-defined]  # no stub in types-tensorflow
     except ImportError:  # pragma: no cover - layout of a future TensorFlow
         return contextlib.nullcontext()
     silence: contextlib.AbstractContextManager[Any] = deprecation.silence()
