@@ -26,7 +26,6 @@ Needs `grpcio-tools` and `mypy-protobuf` (dev dependencies); the API itself only
 from __future__ import annotations
 
 import re
-import shutil
 import sys
 from pathlib import Path
 
@@ -41,22 +40,15 @@ SERVICES = (
 _IMPORT = re.compile(rf"^(from|import) ({'|'.join(ROOTS)})([. ])", re.MULTILINE)
 _DEFAULT_POOL = "DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile("
 _OUR_POOL = f"from {PACKAGE} import _pool\nDESCRIPTOR = _pool.POOL.AddSerializedFile("
-
-
-def _plugin(name: str) -> str:
-    """`--plugin=` for a protoc plugin script installed beside this Python (the venv's bin/)."""
-    path = Path(sys.executable).parent / name
-    found = str(path) if path.exists() else shutil.which(name)
-    if found is None:
-        raise SystemExit(f"{name} not found: install the dev extra (mypy-protobuf)")
-    return f"--plugin={name}={found}"
+_MYPY_PLUGINS = ("protoc-gen-mypy", "protoc-gen-mypy_grpc")
 
 
 def _protoc(*args: str) -> None:
     from grpc_tools import protoc  # dev-only dependency, imported only when generating
 
     include = str(Path(protoc.__file__).parent / "_proto")  # google/protobuf/*.proto
-    plugins = [_plugin("protoc-gen-mypy"), _plugin("protoc-gen-mypy_grpc")]
+    # mypy-protobuf's plugins, installed beside this Python (the venv's bin/).
+    plugins = [f"--plugin={name}={Path(sys.executable).parent / name}" for name in _MYPY_PLUGINS]
     code = protoc.main(["grpc_tools.protoc", f"-I{HERE}", f"-I{include}", *plugins, *args])
     if code != 0:
         raise SystemExit(f"protoc failed with exit code {code}")

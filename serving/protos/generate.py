@@ -12,7 +12,6 @@ writes ``from tensorflow.core.example import feature_pb2``, which would load Ten
 from __future__ import annotations
 
 import re
-import shutil
 import sys
 from pathlib import Path
 
@@ -23,15 +22,6 @@ _IMPORT = re.compile(r"^from ([\w.]+) import (\w+_pb2)\b", re.M)
 _INIT = '"""Generated protobuf code; see serving/protos/generate.py."""\n'
 
 
-def _plugin(name: str) -> str:
-    """``--plugin=`` for a protoc plugin script installed beside this Python (the venv's bin/)."""
-    path = Path(sys.executable).parent / name
-    found = str(path) if path.exists() else shutil.which(name)
-    if found is None:
-        raise SystemExit(f"{name} not found: install the dev extra (mypy-protobuf)")
-    return f"--plugin={name}={found}"
-
-
 def main() -> None:
     from grpc_tools import protoc  # dev-only dependency, imported only when generating
 
@@ -39,7 +29,8 @@ def main() -> None:
     for stale in [*HERE.rglob("*_pb2.py"), *HERE.rglob("*_pb2.pyi")]:
         stale.unlink()
     include = str(Path(protoc.__file__).parent / "_proto")  # google/protobuf/*.proto
-    mypy = [_plugin("protoc-gen-mypy"), f"--mypy_out=quiet:{HERE}"]
+    # mypy-protobuf's plugin, installed beside this Python (the venv's bin/).
+    mypy = [f"--plugin=protoc-gen-mypy={Path(sys.executable).parent / 'protoc-gen-mypy'}", f"--mypy_out=quiet:{HERE}"]
     args = ["protoc", f"-I{HERE}", f"-I{include}", f"--python_out={HERE}", *mypy]
     if protoc.main([*args, *protos]) != 0:
         raise SystemExit("protoc failed")
