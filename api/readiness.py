@@ -109,8 +109,8 @@ def _mismatches(kind: str, declared: Mapping[str, TensorSpec], served: Mapping[s
         elif info.dtype != spec.dtype:
             problems.append(f"{kind} '{name}' is {info.dtype.name}, the route declares {spec.dtype.name}")
         elif info.shape is not None and not _fits(info.shape, spec.shape):
-            declared = ", ".join(["batch", *map(str, spec.shape)])
-            problems.append(f"{kind} '{name}' has shape {list(info.shape)}, the route declares [{declared}]")
+            shape = ", ".join(["batch", *map(str, spec.shape)])
+            problems.append(f"{kind} '{name}' has shape {list(info.shape)}, the route declares [{shape}]")
     return problems
 
 

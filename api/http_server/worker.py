@@ -25,6 +25,8 @@ from api.http_server.protocol import ApiHttpProtocol
 class ApiUvicornWorker(UvicornWorker):  # type: ignore[misc]  # uvicorn-worker ships no types: its class is Any
     """`UvicornWorker` serving each connection with `ApiHttpProtocol`."""
 
+    sockets: list[Any]  # gunicorn's listeners (its socket wrappers), set by the arbiter before run
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.connection_limits = ConnectionLimits.from_gunicorn(self.cfg, os.environ)
