@@ -263,6 +263,26 @@ async def test_the_window_still_bounds_the_wait_behind_a_slow_batch() -> None:
     assert (await queued).outputs["score"].values == [2.0]
 
 
+async def test_each_replica_gets_its_own_batch_in_flight() -> None:
+    inner = GatedServing()
+    replicas = [2]
+    client = CoalescingClient(
+        inner, window_s=60.0, max_batch_rows=64, eager_batches=1, replicas=lambda: replicas[0]
+    )
+    calls = [asyncio.create_task(client.predict(rows_request([1.0]), Deadline.after(30)))]
+    await settle()
+    calls.append(asyncio.create_task(client.predict(rows_request([2.0]), Deadline.after(30))))
+    await settle()
+    assert inner.batches == [1, 1]  # two replicas: a second batch goes beside the first
+    replicas[0] = 1  # one replica left: the third waits for a batch to come back
+    calls += [asyncio.create_task(client.predict(rows_request([float(i)]), Deadline.after(30))) for i in (3, 4)]
+    await settle()
+    assert inner.batches == [1, 1]
+    inner.gate.set()
+    await asyncio.wait_for(asyncio.gather(*calls), 5)
+    assert inner.batches == [1, 1, 2]
+
+
 def test_eager_batches_must_not_be_negative() -> None:
     with pytest.raises(ValueError):
         CoalescingClient(GatedServing(), window_s=0.01, max_batch_rows=4, eager_batches=-1)
