@@ -162,7 +162,8 @@ class CoalescingClient:
 
     Args:
         inner: the client batches are sent through (e.g. `ReplicatedClient`).
-        window_s: the longest a batch waits for more requests after its first, seconds.
+        window_s: the longest a batch waits after its first request while the eager limit
+            holds it back (or always, with `eager_batches` 0), seconds.
         max_batch_rows: rows at which a batch leaves at once; a request with more
             rows than this goes alone.
         eager_batches: a batch leaves without waiting for its window while fewer than
