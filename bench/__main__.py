@@ -2,7 +2,7 @@
 
     python -m bench                         # quick plan, under 8 minutes on 2 cores (make bench)
     python -m bench --full                  # full plan: every variant, longer steps (make bench-full)
-    python -m bench --workload fraud --setups tuned,split,split-coalescing
+    python -m bench --workload fraud --setups tuned,split,split-no-coalescing
     python -m bench --slo-ms 50             # another latency bound (default 25 ms)
     python -m bench --workload fraud --setups tuned,split --variant SERVING_ARGS=--enable_batching
     python -m bench --profile               # also profile the headline split with py-spy
