@@ -8,6 +8,7 @@ timing.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import pytest
 
@@ -85,6 +86,13 @@ def test_merge_refuses_incompatible_and_split_refuses_unsplittable() -> None:
 # --- the batching client ---------------------------------------------------------------
 
 
+def row_sums(tensor: Tensor) -> PredictResponse:
+    """The fake model: each row's sum, as output "score" of shape [rows, 1]."""
+    width = tensor.row_size
+    sums = [sum(tensor.values[i * width : (i + 1) * width]) for i in range(tensor.shape[0])]  # type: ignore[misc]
+    return PredictResponse({"score": Tensor((len(sums), 1), sums)}, model_version=1)
+
+
 class GatedServing:
     """Fake inner client: scores are row sums; every predict waits for `gate`."""
 
@@ -102,9 +110,7 @@ class GatedServing:
         await self.gate.wait()
         if self.fail_with is not None:
             raise self.fail_with
-        width = tensor.row_size
-        sums = [sum(tensor.values[i * width : (i + 1) * width]) for i in range(tensor.shape[0])]  # type: ignore[misc]
-        return PredictResponse({"score": Tensor((len(sums), 1), sums)}, model_version=1)
+        return row_sums(tensor)
 
     async def model_status(self, model_name: str, deadline: Deadline) -> ModelStatus:
         return ModelStatus(())
@@ -116,6 +122,40 @@ class GatedServing:
 async def settle() -> None:
     for _ in range(5):
         await asyncio.sleep(0)
+
+
+class OneByOneServing:
+    """Fake inner client: scores are row sums; each predict waits until the test releases
+    that one (`release(i)`, the i-th call in order of arrival) or all (`release_all`)."""
+
+    def __init__(self) -> None:
+        self.batches: list[int] = []
+        self._gates: list[asyncio.Event] = []
+        self._all = False
+
+    async def predict(self, request: PredictRequest, deadline: Deadline) -> PredictResponse:
+        tensor = request.inputs["features"]
+        self.batches.append(tensor.shape[0])
+        gate = asyncio.Event()
+        if self._all:
+            gate.set()
+        self._gates.append(gate)
+        await gate.wait()
+        return row_sums(tensor)
+
+    def release(self, call: int) -> None:
+        self._gates[call].set()
+
+    def release_all(self) -> None:
+        self._all = True
+        for gate in self._gates:
+            gate.set()
+
+    async def model_status(self, model_name: str, deadline: Deadline) -> ModelStatus:
+        return ModelStatus(())
+
+    async def aclose(self) -> None:
+        pass
 
 
 async def test_a_full_batch_leaves_at_once_and_each_caller_gets_its_rows() -> None:
@@ -263,7 +303,32 @@ async def test_the_window_still_bounds_the_wait_behind_a_slow_batch() -> None:
     assert (await queued).outputs["score"].values == [2.0]
 
 
-async def test_each_replica_gets_its_own_batch_in_flight() -> None:
+@pytest.mark.parametrize(
+    ("replicas", "eager_batches", "limit"),
+    [(1, 1, 1), (2, 1, 2), (1, 2, 2), (2, 2, 4), (0, 1, 1)],  # no replica known yet: counted as one
+)
+async def test_the_eager_limit_counts_per_serving_replica(replicas: int, eager_batches: int, limit: int) -> None:
+    inner = OneByOneServing()
+    client = CoalescingClient(
+        inner, window_s=60.0, max_batch_rows=64, eager_batches=eager_batches, replicas=lambda: replicas
+    )
+    calls = []
+    for i in range(limit):  # one at a time: each finds the earlier ones in flight
+        calls.append(asyncio.create_task(client.predict(rows_request([float(i)]), Deadline.after(30))))
+        await settle()
+    assert inner.batches == [1] * limit  # eager_batches x replicas left at once, side by side
+    calls += [asyncio.create_task(client.predict(rows_request([float(i)]), Deadline.after(30))) for i in (10, 11)]
+    await settle()
+    assert inner.batches == [1] * limit  # at the limit: they wait (not for the one-minute window)
+    inner.release(0)
+    await settle()
+    assert inner.batches == [1] * limit + [2]  # one came back: what queued leaves together
+    inner.release_all()
+    answers = await asyncio.wait_for(asyncio.gather(*calls), 5)
+    assert [a.outputs["score"].values for a in answers] == [[float(i)] for i in (*range(limit), 10, 11)]
+
+
+async def test_the_replica_count_is_read_per_batch() -> None:
     inner = GatedServing()
     replicas = [2]
     client = CoalescingClient(
@@ -281,6 +346,39 @@ async def test_each_replica_gets_its_own_batch_in_flight() -> None:
     inner.gate.set()
     await asyncio.wait_for(asyncio.gather(*calls), 5)
     assert inner.batches == [1, 1, 2]
+
+
+async def test_a_lone_request_starts_no_timer_and_only_a_held_batch_gets_the_window(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Every timer the client starts goes through the loop's call_later (deadlines use
+    # call_at, through asyncio.timeout); count them.
+    loop = asyncio.get_running_loop()
+    delays: list[float] = []
+    call_later = loop.call_later
+
+    def counted(delay: float, callback: Callable[..., object], *args: object) -> asyncio.TimerHandle:
+        delays.append(delay)
+        return call_later(delay, callback, *args)
+
+    monkeypatch.setattr(loop, "call_later", counted)
+    inner = GatedServing()
+    inner.gate.set()
+    client = CoalescingClient(inner, window_s=60.0, max_batch_rows=64, eager_batches=1)
+    for i in range(3):
+        answer = await client.predict(rows_request([float(i)]), Deadline.after(5))
+        assert answer.outputs["score"].values == [float(i)]
+    assert inner.batches == [1, 1, 1] and delays == []  # the idle path: no timer at all
+    inner.gate.clear()
+    first = asyncio.create_task(client.predict(rows_request([1.0]), Deadline.after(30)))
+    await settle()
+    held = asyncio.create_task(client.predict(rows_request([2.0]), Deadline.after(30)))
+    await settle()
+    assert delays == [60.0]  # the batch behind one in flight: the window, as a bound only
+    inner.gate.set()
+    assert (await first).outputs["score"].values == [1.0]
+    assert (await held).outputs["score"].values == [2.0]
+    assert inner.batches == [1, 1, 1, 1, 1]
 
 
 def test_eager_batches_must_not_be_negative() -> None:
