@@ -2,18 +2,23 @@
 
 The client is driven with a fake inner `ServingClient` whose predicts wait on an event
 the test controls, so which requests share a batch is decided by the test, not by
-timing.
+timing. The last tests go through `open_serving_client` to real fake-serving processes
+(tests.api.fake_serving) told to hold their predicts, for what the factory wires in.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 
 import pytest
 
 from api.deadlines import Deadline
 from api.serving_client import (
+    ClientConfig,
+    CoalescingConfig,
     DataType,
     ModelSpec,
     ModelStatus,
@@ -23,8 +28,11 @@ from api.serving_client import (
     ServingRejected,
     ServingTimeout,
     Tensor,
+    open_serving_client,
 )
 from api.serving_client._coalescing import CoalescingClient, batch_key, merge_requests, split_response
+from tests.api.fake_serving import fake_score
+from tests.api.stack import FakeServing, start_fake
 
 pytestmark = pytest.mark.anyio
 SPEC = ModelSpec("fraud", "serving_default", 1)
@@ -379,6 +387,87 @@ async def test_a_lone_request_starts_no_timer_and_only_a_held_batch_gets_the_win
     assert (await first).outputs["score"].values == [1.0]
     assert (await held).outputs["score"].values == [2.0]
     assert inner.batches == [1, 1, 1, 1, 1]
+
+
+# --- wired by open_serving_client, against real (fake) serving processes ------------------
+
+
+@pytest.fixture
+def two_replicas(tmp_path: Path) -> Iterator[list[FakeServing]]:
+    """Two fake-serving processes (tests.api.fake_serving), stopped at the end."""
+    replicas: list[FakeServing] = []
+    try:
+        for i in range(2):
+            replicas.append(start_fake(tmp_path, f"replica-{i}"))
+        yield replicas
+    finally:
+        for replica in replicas:
+            replica.proc.stop()
+
+
+async def until(predicate: Callable[[], Awaitable[bool]], timeout_s: float, what: str) -> None:
+    """Poll `predicate` every 20 ms without blocking the loop; fail after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not await predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout_s}s waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+@pytest.mark.parametrize("replica_count", [1, 2])
+async def test_open_serving_client_counts_the_replicas_it_spreads_over(
+    two_replicas: list[FakeServing], replica_count: int
+) -> None:
+    """The client open_serving_client builds lets COALESCING_EAGER_BATCHES (1) batches per
+    replica leave at once: with 2 replicas the second request's batch goes beside the first,
+    with 1 it waits; the request after the limit waits until a batch comes back (the window
+    is a minute, no attempt timeout moves a held predict on)."""
+    replicas = two_replicas[:replica_count]
+    for replica in replicas:
+        await asyncio.to_thread(replica.hold)
+
+    async def at_serving() -> list[int]:
+        """Per replica: predicts held there or answered."""
+        stats = [await asyncio.to_thread(r.stats) for r in replicas]
+        return [s["pending"] + len(s["batches"]) for s in stats]
+
+    rows = [[float(i)] * 11 for i in range(replica_count + 1)]
+    config = ClientConfig(
+        rest_targets=tuple(r.url for r in replicas),
+        call_timeout_s=30.0,
+        attempt_timeout_s=None,
+        coalescing=CoalescingConfig(window_s=60.0, eager_batches=1),
+    )
+    async with open_serving_client(config) as client:
+
+        def score(row: list[float]) -> asyncio.Task[PredictResponse]:
+            request = PredictRequest(ModelSpec("fraud"), {"features": Tensor.from_rows([row])})
+            return asyncio.create_task(client.predict(request, Deadline.after(30)))
+
+        calls = []
+        for sent, row in enumerate(rows[:replica_count], start=1):
+            calls.append(score(row))
+
+            async def reached(sent: int = sent) -> bool:
+                return sum(await at_serving()) == sent
+
+            await until(reached, 20, f"batch {sent} held at serving")
+        assert await at_serving() == [1] * replica_count  # one batch in flight per replica
+        calls.append(score(rows[-1]))
+        await asyncio.sleep(0.5)  # time the queued batch must not use
+        assert sum(await at_serving()) == replica_count and not calls[-1].done()
+        await asyncio.to_thread(replicas[0].release)  # a batch comes back: the queued one leaves
+
+        async def all_sent() -> bool:
+            return sum(await at_serving()) == replica_count + 1
+
+        await until(all_sent, 20, "the queued batch sent when one came back")
+        for replica in replicas:
+            await asyncio.to_thread(replica.release)
+        answers = await asyncio.wait_for(asyncio.gather(*calls), 30)
+    for row, answer in zip(rows, answers, strict=True):
+        (output,) = answer.outputs.values()
+        assert output.values == [pytest.approx(fake_score(row))]
 
 
 def test_eager_batches_must_not_be_negative() -> None:
