@@ -185,15 +185,20 @@ class Settings(BaseSettings):
         description="Largest request body accepted, bytes; larger is answered 413 before it "
         "is buffered. Routes that take uploads (digits) get their own limit (api.app).",
     )
+    # Coalescing is the product's one batching layer (api.serving_client._coalescing says
+    # why it batches here and not in serving, and why the window is only a bound).
     coalescing_enabled: bool = Field(
-        default=False,
-        description="Merge concurrent predicts for the same model into one call to serving.",
+        default=True,
+        description="Merge concurrent predicts for the same model into one call to serving: a "
+        "batch leaves at once while serving has room for it, else when a batch in flight comes "
+        "back, so a request waits for nothing at low load.",
     )
     coalescing_window_ms: float = Field(
-        default=2.0,
+        default=20.0,
         ge=0.0,
         le=1000.0,
-        description="The longest a batch waits for more requests after its first, milliseconds.",
+        description="The longest a batch waits for the batches in flight before it (a bound for "
+        "when they do not come back, e.g. a hung replica), milliseconds.",
     )
     coalescing_max_batch_rows: int = Field(
         default=64, ge=1, description="Rows at which a batch is sent at once."
@@ -202,8 +207,8 @@ class Settings(BaseSettings):
         default=1,
         ge=0,
         le=64,
-        description="A batch is sent without waiting for its window while fewer than this "
-        "many batches of the same model are in flight (0: every batch waits its window).",
+        description="A batch is sent without waiting while fewer than this many batches of the "
+        "same model per serving replica are in flight (0: every batch waits its window).",
     )
 
     @field_validator("serving_urls", "serving_grpc_targets", "model_routes", mode="before")

@@ -55,6 +55,10 @@ class Stack:
 def parse_collapsed(text: str) -> list[Stack]:
     """py-spy's `--format raw` output (Brendan Gregg's collapsed stacks).
 
+    A line with a count and no frames (py-spy writes " 8" for samples of a thread caught
+    with no Python frame on its stack) is a stack of no frames: counted in the total, under
+    no package or function.
+
     Raises:
         ValueError: a line does not end in a sample count.
     """
@@ -63,9 +67,10 @@ def parse_collapsed(text: str) -> list[Stack]:
         if not line.strip():
             continue
         body, _, count = line.rpartition(" ")
-        if not body or not count.isdigit():
+        if not count.isdigit():
             raise ValueError(f"not a collapsed-stack line: {line[:120]!r}")
-        stacks.append(Stack(tuple(body.split(";")), int(count)))
+        frames = tuple(body.split(";")) if body.strip() else ()
+        stacks.append(Stack(frames, int(count)))
     return stacks
 
 

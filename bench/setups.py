@@ -6,7 +6,7 @@
 | `tuned` | gunicorn, workers = cores, preload | `def` | Session callable per worker |
 | `split` | `./run-server.sh`, nothing set: serving + the API | `async def` | in serving only |
 | `split-*` | the same with one setting changed (a variant) | `async def` | in serving only |
-| `ceiling` | gunicorn, workers = cores, preload | `async def` | none |
+| `ceiling` | the API's gunicorn (`gunicorn.conf.py`), workers = cores | the API's own | none: answered in-process |
 
 `split` is the product's default, the one the headline measures: exactly what
 `run-server.sh` (and `make run`) starts without extra settings, which sizes both tiers from
@@ -17,6 +17,10 @@ the fraud route only (`MODEL_ROUTES`), with that model (`MODELS__FRAUD__MODEL_NA
 model not named fraud). Variants set one more API
 setting each (coalescing, gRPC towards serving); `split_variants` reads `api.settings` at run
 time and says which the API cannot express.
+
+The ceiling is the product's API itself (`bench.apps.ceiling`: the same app factory,
+middleware, route, gunicorn settings and HTTP server as the split's API) with a serving
+client that answers without a model, so the split can be no faster.
 
 Every server process runs under `taskset -c <server CPUs>`, so all setups get the same CPU
 budget (and `run-server.sh` sees that budget as its affinity) and the load generator keeps
@@ -55,8 +59,10 @@ STARTUP_COMPLETE = "Application startup complete"
 RUN_SERVER_READY = "API ready on"
 READY_TIMEOUT_S = 240.0  # naive: every worker imports TensorFlow + Keras on a shared core
 PROBE_TIMEOUT_S = 30.0  # from "ready" to a 2xx score
-# The in-process apps' gunicorn settings (never ./gunicorn.conf.py, which is the API's).
+# The in-process apps' gunicorn settings (not ./gunicorn.conf.py, which is the API's: only
+# the ceiling, which is the API, runs with that).
 INPROCESS_GUNICORN_CONF = REPO / "bench" / "apps" / "gunicorn_conf.py"
+API_GUNICORN_CONF = REPO / "gunicorn.conf.py"
 RUN_SERVER = REPO / "run-server.sh"
 # The API settings (api.settings) that enable routes and name the model behind the fraud route.
 MODEL_ROUTES_ENV = "MODEL_ROUTES"
@@ -87,6 +93,7 @@ class Setup:
     description: str
     kind: str  # "inprocess" (one gunicorn app) or "split" (run-server.sh)
     app: str = ""  # gunicorn app spec for kind "inprocess"
+    gunicorn_conf: Path = INPROCESS_GUNICORN_CONF  # kind "inprocess": gunicorn's -c
     preload: bool = False
     fixed_workers: int | None = None  # None: one worker per server CPU (in-process)
     env: Mapping[str, str] = field(default_factory=dict)
@@ -124,10 +131,11 @@ TUNED = Setup(
 CEILING = Setup(
     name="ceiling",
     column="ceiling",
-    description="workers = cores, --preload, async def with the same validation and "
-    "feature extraction, no model",
+    description="the split's API itself (app, middleware, gunicorn.conf.py, its HTTP server), "
+    "workers = cores, every predict answered in-process without a model",
     kind="inprocess",
     app="bench.apps.ceiling:create_app()",
+    gunicorn_conf=API_GUNICORN_CONF,
     preload=True,
     env=_ONE_THREAD_ENV,
 )
@@ -155,13 +163,15 @@ def split_variants(fields: Mapping[str, Any]) -> list[Setup]:
 
     Args:
         fields: `api.settings.Settings.model_fields` (name -> pydantic FieldInfo, whose
-            `.annotation` is the field's type).
+            `.annotation` is the field's type and `.default` its default).
 
     Returns:
-        `split` (the default, `headline`), then `split-coalescing` (a boolean field with
-        "coalesc" in its name set true), `split-grpc` (`serving_protocol` set to "grpc")
-        and `split-grpc-coalescing`. A variant the settings cannot express is returned with
-        `available=False` and the reason, so the report can say "not available yet".
+        `split` (the default, `headline`), then the coalescing variant (a boolean field
+        with "coalesc" in its name set to the opposite of its default: `split-coalescing`
+        when the default is off, `split-no-coalescing` when it is on), `split-grpc`
+        (`serving_protocol` set to "grpc") and gRPC with the coalescing variant's setting.
+        A variant the settings cannot express is returned with `available=False` and the
+        reason, so the report can say "not available yet".
     """
     protocol = fields.get("serving_protocol")
     grpc_reason = ""
@@ -175,6 +185,8 @@ def split_variants(fields: Mapping[str, Any]) -> list[Setup]:
     coalescing_reason = (
         "" if coalescing else "not available yet: api.settings has no boolean coalescing field"
     )
+    coalescing_on_by_default = bool(coalescing) and getattr(fields[coalescing[0]], "default", None) is True
+    toggled = "no-coalescing" if coalescing_on_by_default else "coalescing"
     variants = [
         Setup(
             name="split",
@@ -190,9 +202,9 @@ def split_variants(fields: Mapping[str, Any]) -> list[Setup]:
         if grpc:
             env["SERVING_PROTOCOL"] = "grpc"
         if coalesce and coalescing:
-            env[coalescing[0].upper()] = "true"
+            env[coalescing[0].upper()] = "false" if coalescing_on_by_default else "true"
         reason = (grpc_reason if grpc else "") or (coalescing_reason if coalesce else "")
-        name = "split" + ("-grpc" if grpc else "") + ("-coalescing" if coalesce else "")
+        name = "split" + ("-grpc" if grpc else "") + (f"-{toggled}" if coalesce else "")
         changed = " and ".join(f"{k}={v}" for k, v in env.items()) or "(not expressible)"
         variants.append(
             Setup(
@@ -332,14 +344,20 @@ def _start_inprocess(
             sys.executable,
             "-m",
             "gunicorn",
-            f"--config={INPROCESS_GUNICORN_CONF}",
+            f"--config={setup.gunicorn_conf}",
             f"--workers={workers}",
             f"--bind=127.0.0.1:{port}",
             *(["--preload"] if setup.preload else []),
             setup.app,
         ],
         run_dir / f"{workload.name}-{setup.name}-w{workers}.log",
-        env={**_BASE_ENV, **setup.env, "BENCH_MODEL_DIR": str(workload.version_dir)},
+        env={
+            **_BASE_ENV,
+            **setup.env,
+            "BENCH_MODEL_DIR": str(workload.version_dir),
+            # The ceiling is the API: its score events go to the run folder, as the split's.
+            "EVENTS_JSONL_PATH": str(run_dir / f"{workload.name}-{setup.name}-score-events.jsonl"),
+        },
     )
     try:
         wait_until(

@@ -48,7 +48,7 @@ class Capacity:
     """What one setup was measured to sustain within the SLO, and its CPU per request.
 
     Attributes:
-        setup: the setup's name, e.g. "split-rest-coalescing".
+        setup: the setup's name, e.g. "split" or "split-no-coalescing".
         server_cpus: CPUs the setup's processes were pinned to in the run.
         rps: the highest achieved rate whose step met the SLO, requests/s.
         p99_ms: that step's p99 latency, ms.

@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.api.stack import run_load, transactions
 from tests.support import REPO, Proc, free_port, http_ok, wait_until
 
 
@@ -112,6 +113,49 @@ def test_a_one_line_config_of_one_model_serves_that_route(tmp_path: Path) -> Non
         assert ready["status"] == "ready" and list(ready["models"]) == ["fraud"]
     finally:
         assert proc.stop(timeout_s=60) == 0, proc.log()
+
+
+def serving_predicts(metrics_url: str, model: str) -> int:
+    """`:tensorflow:serving:request_count` of `model`, every status: its Predicts so far."""
+    page = httpx.get(metrics_url, timeout=10).text
+    total = 0
+    for line in page.splitlines():
+        name, _, value = line.rpartition(" ")
+        if name.startswith(":tensorflow:serving:request_count{") and f'model_name="{model}"' in name:
+            total += int(float(value))
+    return total
+
+
+def test_what_run_server_starts_coalesces_concurrent_scores(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No API setting given: concurrent scores reach serving as fewer Predicts than requests
+    (coalescing is on by default), counted by serving's own request counter."""
+    for name in [n for n in os.environ if n.startswith("COALESCING_")]:
+        monkeypatch.delenv(name)  # the default, whatever this shell has set
+    config = tmp_path / "fraud-only.config"
+    config.write_text(FRAUD_ONLY)
+    monitoring = tmp_path / "monitoring.config"
+    monitoring.write_text('prometheus_config { enable: true path: "/monitoring/prometheus/metrics" }\n')
+    env = run_server_env(
+        MODEL_CONFIG_FILE=str(config),
+        MODEL_ROUTES="fraud",
+        SERVING_ARGS=f"--rest_api_host=127.0.0.1 --monitoring_config_file={monitoring}",
+    )
+    proc = Proc(["bash", str(REPO / "run-server.sh")], tmp_path / "run-server.log", env=env)
+    metrics = f"http://127.0.0.1:{env['REST_API_PORT']}/monitoring/prometheus/metrics"
+    bodies = transactions(64, seed=21)
+    try:
+        wait_until(lambda: "API ready" in proc.log() or not proc.alive(), 180, "run-server ready")
+        assert proc.alive(), proc.log()
+        before = serving_predicts(metrics, "fraud")
+        run = run_load(f"http://127.0.0.1:{env['API_PORT']}/v1/fraud/score", bodies, concurrency=32, max_seconds=60)
+        predicts = serving_predicts(metrics, "fraud") - before
+    finally:
+        assert proc.stop(timeout_s=60) == 0, proc.log()
+    assert run.statuses() == {200: len(bodies)}, [o.body for o in run.outcomes if o.status != 200][:3]
+    for outcome in run.outcomes:  # (coalesced scores equal plain ones: tests/api/test_transport_real_serving.py)
+        assert outcome.body["transaction_id"] == bodies[outcome.index]["transaction_id"]
+        assert 0.0 <= outcome.body["fraud_score"] <= 1.0
+    assert 0 < predicts < len(bodies), f"{predicts} Predicts at serving for {len(bodies)} scores"
 
 
 def test_an_enabled_route_whose_model_serving_lacks_stops_the_api_at_once(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Literal
 
 from api.serving_client._coalescing import CoalescingClient
@@ -38,13 +39,13 @@ class CoalescingConfig:
     """Client-side batching of concurrent predicts (`CoalescingClient`).
 
     Attributes:
-        window_s: the longest a batch waits for more requests after its first, seconds.
+        window_s: the longest a batch waits for the batches in flight before it, seconds.
         max_batch_rows: rows at which a batch leaves at once.
         eager_batches: a batch leaves without waiting while fewer than this many batches
-            of its model are in flight (0: every batch waits its window).
+            of its model per replica are in flight (0: every batch waits its window).
     """
 
-    window_s: float = 0.002
+    window_s: float = 0.020
     max_batch_rows: int = 64
     eager_batches: int = 1
 
@@ -72,7 +73,7 @@ class ClientConfig:
             (`_discovery`).
         probe_model_names: a newly resolved replica gets calls once each of these models
             has a version AVAILABLE there (none: at once).
-        coalescing: merge concurrent predicts per model; None: off.
+        coalescing: merge concurrent predicts per model (`CoalescingClient`); None: off.
     """
 
     protocol: Literal["rest", "grpc"] = "rest"
@@ -162,8 +163,10 @@ async def open_serving_client(
         return True
 
     client: ServingClient
+    replicas: Callable[[], int]
     if static:
         client = replicated([make_replica(target) for target in config.grpc_targets])
+        replicas = partial(len, config.grpc_targets)
     else:
         replica_set = ReplicaSet(
             targets,
@@ -175,12 +178,17 @@ async def open_serving_client(
         )
         await replica_set.start()
         client = DiscoveringClient(replica_set, replicated)
+
+        def replicas() -> int:
+            return len(replica_set.members)
+
     if config.coalescing is not None:
         client = CoalescingClient(
             client,
             window_s=config.coalescing.window_s,
             max_batch_rows=config.coalescing.max_batch_rows,
             eager_batches=config.coalescing.eager_batches,
+            replicas=replicas,
         )
     try:
         yield client

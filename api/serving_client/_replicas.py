@@ -15,8 +15,10 @@ replica within the request's deadline. The last possible attempt gets all that i
 Predict is a pure function of its inputs, so running it twice is safe.
 
 Retries use tenacity: its stop, wait and retry policies are composed per call with
-the request's deadline (`stop_before_delay` on the time left). Picking the replica is
-the only part tenacity does not know about; it happens inside each attempt.
+the request's deadline (`stop_before_delay` on the time left), once the first attempt
+has failed with a retryable error -- a call whose first attempt succeeds builds no retry
+object. Picking the replica is the only part tenacity does not know about; it happens
+inside each attempt.
 
 A replica that could not be connected to at all (`ServingError.replica_down`), or
 whose attempt ran out of its `attempt_timeout_s`, is skipped for `eject_s` seconds
@@ -158,6 +160,16 @@ class ReplicatedClient:
 
     async def _call(self, fn: Callable[[ServingClient, Deadline], Awaitable[T]], deadline: Deadline) -> T:
         tried: set[int] = set()
+        # The first attempt runs without tenacity: building its retry object and iterating
+        # its attempt loop cost about 20 us of CPU per call (measured with an in-process
+        # transport, 34 us with it against 12 us without), paid on every successful call.
+        # Only a retryable failure builds it.
+        try:
+            return await self._attempt(fn, deadline, tried, 1)
+        except ServingError as exc:
+            if self._max_attempts == 1 or not _retryable(exc):
+                raise
+            first_error: ServingError | None = exc
         rotation = self._rotation
 
         def wait(state: tenacity.RetryCallState) -> float:
@@ -175,31 +187,43 @@ class ReplicatedClient:
         )
         async for attempt in retrying:
             with attempt:
-                now = time.monotonic()
-                index = rotation.pick(now, tried)
-                tried.add(index)
-                within = deadline
-                if (
-                    self._attempt_timeout_s is not None
-                    and attempt.retry_state.attempt_number < self._max_attempts
-                    and rotation.untried_up(now, tried)
-                    and deadline.expires_at > now + self._attempt_timeout_s
-                ):
-                    within = Deadline(now + self._attempt_timeout_s)  # another attempt may follow
-                try:
-                    result = await fn(self.replicas[index], within)
-                except ServingTimeout as exc:
-                    if within is deadline:
-                        raise
-                    rotation.mark_down(index, time.monotonic())
-                    raise AttemptTimeout(
-                        f"no answer within the attempt timeout of {self._attempt_timeout_s:g} s",
-                        target=exc.target,
-                    ) from exc
-                except ServingError as exc:
-                    if exc.replica_down:
-                        rotation.mark_down(index, time.monotonic())
-                    raise
-                rotation.mark_up(index)
-                return result
+                if first_error is not None:
+                    # tenacity's attempt 1 is the one already made: its error decides, as any
+                    # other attempt's would, whether and after which wait the next one runs.
+                    error, first_error = first_error, None
+                    raise error
+                return await self._attempt(fn, deadline, tried, attempt.retry_state.attempt_number)
         raise AssertionError("unreachable: tenacity re-raises the last error")
+
+    async def _attempt(
+        self, fn: Callable[[ServingClient, Deadline], Awaitable[T]], deadline: Deadline, tried: set[int], number: int
+    ) -> T:
+        """Attempt `number` (1 = the first) on the next replica not in `tried` (which it joins)."""
+        rotation = self._rotation
+        now = time.monotonic()
+        index = rotation.pick(now, tried)
+        tried.add(index)
+        within = deadline
+        if (
+            self._attempt_timeout_s is not None
+            and number < self._max_attempts
+            and rotation.untried_up(now, tried)
+            and deadline.expires_at > now + self._attempt_timeout_s
+        ):
+            within = Deadline(now + self._attempt_timeout_s)  # another attempt may follow
+        try:
+            result = await fn(self.replicas[index], within)
+        except ServingTimeout as exc:
+            if within is deadline:
+                raise
+            rotation.mark_down(index, time.monotonic())
+            raise AttemptTimeout(
+                f"no answer within the attempt timeout of {self._attempt_timeout_s:g} s",
+                target=exc.target,
+            ) from exc
+        except ServingError as exc:
+            if exc.replica_down:
+                rotation.mark_down(index, time.monotonic())
+            raise
+        rotation.mark_up(index)
+        return result

@@ -2,17 +2,23 @@
 
 The client is driven with a fake inner `ServingClient` whose predicts wait on an event
 the test controls, so which requests share a batch is decided by the test, not by
-timing.
+timing. The last tests go through `open_serving_client` to real fake-serving processes
+(tests.api.fake_serving) told to hold their predicts, for what the factory wires in.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 
 import pytest
 
 from api.deadlines import Deadline
 from api.serving_client import (
+    ClientConfig,
+    CoalescingConfig,
     DataType,
     ModelSpec,
     ModelStatus,
@@ -22,8 +28,11 @@ from api.serving_client import (
     ServingRejected,
     ServingTimeout,
     Tensor,
+    open_serving_client,
 )
 from api.serving_client._coalescing import CoalescingClient, batch_key, merge_requests, split_response
+from tests.api.fake_serving import fake_score
+from tests.api.stack import FakeServing, start_fake
 
 pytestmark = pytest.mark.anyio
 SPEC = ModelSpec("fraud", "serving_default", 1)
@@ -85,6 +94,13 @@ def test_merge_refuses_incompatible_and_split_refuses_unsplittable() -> None:
 # --- the batching client ---------------------------------------------------------------
 
 
+def row_sums(tensor: Tensor) -> PredictResponse:
+    """The fake model: each row's sum, as output "score" of shape [rows, 1]."""
+    width = tensor.row_size
+    sums = [sum(tensor.values[i * width : (i + 1) * width]) for i in range(tensor.shape[0])]  # type: ignore[misc]
+    return PredictResponse({"score": Tensor((len(sums), 1), sums)}, model_version=1)
+
+
 class GatedServing:
     """Fake inner client: scores are row sums; every predict waits for `gate`."""
 
@@ -102,9 +118,7 @@ class GatedServing:
         await self.gate.wait()
         if self.fail_with is not None:
             raise self.fail_with
-        width = tensor.row_size
-        sums = [sum(tensor.values[i * width : (i + 1) * width]) for i in range(tensor.shape[0])]  # type: ignore[misc]
-        return PredictResponse({"score": Tensor((len(sums), 1), sums)}, model_version=1)
+        return row_sums(tensor)
 
     async def model_status(self, model_name: str, deadline: Deadline) -> ModelStatus:
         return ModelStatus(())
@@ -116,6 +130,40 @@ class GatedServing:
 async def settle() -> None:
     for _ in range(5):
         await asyncio.sleep(0)
+
+
+class OneByOneServing:
+    """Fake inner client: scores are row sums; each predict waits until the test releases
+    that one (`release(i)`, the i-th call in order of arrival) or all (`release_all`)."""
+
+    def __init__(self) -> None:
+        self.batches: list[int] = []
+        self._gates: list[asyncio.Event] = []
+        self._all = False
+
+    async def predict(self, request: PredictRequest, deadline: Deadline) -> PredictResponse:
+        tensor = request.inputs["features"]
+        self.batches.append(tensor.shape[0])
+        gate = asyncio.Event()
+        if self._all:
+            gate.set()
+        self._gates.append(gate)
+        await gate.wait()
+        return row_sums(tensor)
+
+    def release(self, call: int) -> None:
+        self._gates[call].set()
+
+    def release_all(self) -> None:
+        self._all = True
+        for gate in self._gates:
+            gate.set()
+
+    async def model_status(self, model_name: str, deadline: Deadline) -> ModelStatus:
+        return ModelStatus(())
+
+    async def aclose(self) -> None:
+        pass
 
 
 async def test_a_full_batch_leaves_at_once_and_each_caller_gets_its_rows() -> None:
@@ -261,6 +309,165 @@ async def test_the_window_still_bounds_the_wait_behind_a_slow_batch() -> None:
     inner.gate.set()
     assert (await slow).outputs["score"].values == [1.0]
     assert (await queued).outputs["score"].values == [2.0]
+
+
+@pytest.mark.parametrize(
+    ("replicas", "eager_batches", "limit"),
+    [(1, 1, 1), (2, 1, 2), (1, 2, 2), (2, 2, 4), (0, 1, 1)],  # no replica known yet: counted as one
+)
+async def test_the_eager_limit_counts_per_serving_replica(replicas: int, eager_batches: int, limit: int) -> None:
+    inner = OneByOneServing()
+    client = CoalescingClient(
+        inner, window_s=60.0, max_batch_rows=64, eager_batches=eager_batches, replicas=lambda: replicas
+    )
+    calls = []
+    for i in range(limit):  # one at a time: each finds the earlier ones in flight
+        calls.append(asyncio.create_task(client.predict(rows_request([float(i)]), Deadline.after(30))))
+        await settle()
+    assert inner.batches == [1] * limit  # eager_batches x replicas left at once, side by side
+    calls += [asyncio.create_task(client.predict(rows_request([float(i)]), Deadline.after(30))) for i in (10, 11)]
+    await settle()
+    assert inner.batches == [1] * limit  # at the limit: they wait (not for the one-minute window)
+    inner.release(0)
+    await settle()
+    assert inner.batches == [1] * limit + [2]  # one came back: what queued leaves together
+    inner.release_all()
+    answers = await asyncio.wait_for(asyncio.gather(*calls), 5)
+    assert [a.outputs["score"].values for a in answers] == [[float(i)] for i in (*range(limit), 10, 11)]
+
+
+async def test_the_replica_count_is_read_per_batch() -> None:
+    inner = GatedServing()
+    replicas = [2]
+    client = CoalescingClient(
+        inner, window_s=60.0, max_batch_rows=64, eager_batches=1, replicas=lambda: replicas[0]
+    )
+    calls = [asyncio.create_task(client.predict(rows_request([1.0]), Deadline.after(30)))]
+    await settle()
+    calls.append(asyncio.create_task(client.predict(rows_request([2.0]), Deadline.after(30))))
+    await settle()
+    assert inner.batches == [1, 1]  # two replicas: a second batch goes beside the first
+    replicas[0] = 1  # one replica left: the third waits for a batch to come back
+    calls += [asyncio.create_task(client.predict(rows_request([float(i)]), Deadline.after(30))) for i in (3, 4)]
+    await settle()
+    assert inner.batches == [1, 1]
+    inner.gate.set()
+    await asyncio.wait_for(asyncio.gather(*calls), 5)
+    assert inner.batches == [1, 1, 2]
+
+
+async def test_a_lone_request_starts_no_timer_and_only_a_held_batch_gets_the_window(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Every timer the client starts goes through the loop's call_later (deadlines use
+    # call_at, through asyncio.timeout); count them.
+    loop = asyncio.get_running_loop()
+    delays: list[float] = []
+    call_later = loop.call_later
+
+    def counted(delay: float, callback: Callable[..., object], *args: object) -> asyncio.TimerHandle:
+        delays.append(delay)
+        return call_later(delay, callback, *args)
+
+    monkeypatch.setattr(loop, "call_later", counted)
+    inner = GatedServing()
+    inner.gate.set()
+    client = CoalescingClient(inner, window_s=60.0, max_batch_rows=64, eager_batches=1)
+    for i in range(3):
+        answer = await client.predict(rows_request([float(i)]), Deadline.after(5))
+        assert answer.outputs["score"].values == [float(i)]
+    assert inner.batches == [1, 1, 1] and delays == []  # the idle path: no timer at all
+    inner.gate.clear()
+    first = asyncio.create_task(client.predict(rows_request([1.0]), Deadline.after(30)))
+    await settle()
+    held = asyncio.create_task(client.predict(rows_request([2.0]), Deadline.after(30)))
+    await settle()
+    assert delays == [60.0]  # the batch behind one in flight: the window, as a bound only
+    inner.gate.set()
+    assert (await first).outputs["score"].values == [1.0]
+    assert (await held).outputs["score"].values == [2.0]
+    assert inner.batches == [1, 1, 1, 1, 1]
+
+
+# --- wired by open_serving_client, against real (fake) serving processes ------------------
+
+
+@pytest.fixture
+def two_replicas(tmp_path: Path) -> Iterator[list[FakeServing]]:
+    """Two fake-serving processes (tests.api.fake_serving), stopped at the end."""
+    replicas: list[FakeServing] = []
+    try:
+        for i in range(2):
+            replicas.append(start_fake(tmp_path, f"replica-{i}"))
+        yield replicas
+    finally:
+        for replica in replicas:
+            replica.proc.stop()
+
+
+async def until(predicate: Callable[[], Awaitable[bool]], timeout_s: float, what: str) -> None:
+    """Poll `predicate` every 20 ms without blocking the loop; fail after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not await predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout_s}s waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+@pytest.mark.parametrize("replica_count", [1, 2])
+async def test_open_serving_client_counts_the_replicas_it_spreads_over(
+    two_replicas: list[FakeServing], replica_count: int
+) -> None:
+    """The client open_serving_client builds lets COALESCING_EAGER_BATCHES (1) batches per
+    replica leave at once: with 2 replicas the second request's batch goes beside the first,
+    with 1 it waits; the request after the limit waits until a batch comes back (the window
+    is a minute, no attempt timeout moves a held predict on)."""
+    replicas = two_replicas[:replica_count]
+    for replica in replicas:
+        await asyncio.to_thread(replica.hold)
+
+    async def at_serving() -> list[int]:
+        """Per replica: predicts held there or answered."""
+        stats = [await asyncio.to_thread(r.stats) for r in replicas]
+        return [s["pending"] + len(s["batches"]) for s in stats]
+
+    rows = [[float(i)] * 11 for i in range(replica_count + 1)]
+    config = ClientConfig(
+        rest_targets=tuple(r.url for r in replicas),
+        call_timeout_s=30.0,
+        attempt_timeout_s=None,
+        coalescing=CoalescingConfig(window_s=60.0, eager_batches=1),
+    )
+    async with open_serving_client(config) as client:
+
+        def score(row: list[float]) -> asyncio.Task[PredictResponse]:
+            request = PredictRequest(ModelSpec("fraud"), {"features": Tensor.from_rows([row])})
+            return asyncio.create_task(client.predict(request, Deadline.after(30)))
+
+        calls = []
+        for sent, row in enumerate(rows[:replica_count], start=1):
+            calls.append(score(row))
+
+            async def reached(sent: int = sent) -> bool:
+                return sum(await at_serving()) == sent
+
+            await until(reached, 20, f"batch {sent} held at serving")
+        assert await at_serving() == [1] * replica_count  # one batch in flight per replica
+        calls.append(score(rows[-1]))
+        await asyncio.sleep(0.5)  # time the queued batch must not use
+        assert sum(await at_serving()) == replica_count and not calls[-1].done()
+        await asyncio.to_thread(replicas[0].release)  # a batch comes back: the queued one leaves
+
+        async def all_sent() -> bool:
+            return sum(await at_serving()) == replica_count + 1
+
+        await until(all_sent, 20, "the queued batch sent when one came back")
+        for replica in replicas:
+            await asyncio.to_thread(replica.release)
+        answers = await asyncio.wait_for(asyncio.gather(*calls), 30)
+    for row, answer in zip(rows, answers, strict=True):
+        (output,) = answer.outputs.values()
+        assert output.values == [pytest.approx(fake_score(row))]
 
 
 def test_eager_batches_must_not_be_negative() -> None:

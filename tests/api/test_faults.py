@@ -127,11 +127,15 @@ def test_one_of_three_replicas_hung_under_load(tmp_path: Path, procs: list) -> N
 
 @pytest.fixture
 def held(tmp_path: Path, procs: list) -> tuple[FakeServing, Api]:
-    """Fake serving whose predicts wait until released; an API with 2 requests in flight."""
+    """Fake serving whose predicts wait until released; an API with 2 requests in flight.
+
+    Coalescing is off: each request is then one predict held at serving, which is how the
+    tests see that a request is in flight."""
     fake = start_fake(tmp_path, "serving")
     procs.append(fake)
     api = start_api_process(
-        tmp_path, "api", fake.url, MAX_IN_FLIGHT_REQUESTS="2", REQUEST_TIMEOUT_S="30"
+        tmp_path, "api", fake.url, MAX_IN_FLIGHT_REQUESTS="2", REQUEST_TIMEOUT_S="30",
+        COALESCING_ENABLED="false",
     )
     procs.append(api)
     fake.hold()

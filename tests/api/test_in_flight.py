@@ -68,6 +68,8 @@ def test_one_worker_may_take_the_share_of_another_that_accepted_nothing(tmp_path
             "REQUEST_TIMEOUT_S": "30",
             "SERVING_TIMEOUT_S": "30",
             "ACCESS_LOG": "false",
+            # One predict per request, so that each request in flight is seen held at serving.
+            "COALESCING_ENABLED": "false",
             "EVENTS_JSONL_PATH": str(tmp_path / "events.jsonl"),
             "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "prometheus"),
         },

@@ -85,8 +85,11 @@ def run_overload(tmp: Path, shedding: bool) -> LoadResult:
     api = None
     try:
         wait_ready(fake)
+        # Coalescing off: the fake's cost is per call, whatever its rows, so batched calls
+        # would lift the capacity limit this overload is about.
         api = start_api_process(
-            tmp, f"api-{shedding}", fake.url, DEADLINE_SHEDDING=str(shedding).lower(), MAX_IN_FLIGHT_REQUESTS="512"
+            tmp, f"api-{shedding}", fake.url, DEADLINE_SHEDDING=str(shedding).lower(), MAX_IN_FLIGHT_REQUESTS="512",
+            COALESCING_ENABLED="false",
         )
         load = OpenLoopLoad(
             api.url + "/v1/fraud/score",

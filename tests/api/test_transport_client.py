@@ -12,9 +12,11 @@ import asyncio
 import math
 import time
 from collections.abc import Callable
+from typing import Any
 
 import orjson
 import pytest
+import tenacity
 
 from api.deadlines import Deadline, DeadlineExceeded, parse_timeout_header
 from api.serving_client import (
@@ -444,6 +446,25 @@ async def test_other_errors_are_not_retried() -> None:
         with pytest.raises(type(error)):
             await ReplicatedClient([first, second], max_attempts=3).predict(REQUEST, Deadline.after(5))
         assert (first.calls, second.calls) == (1, 0)
+
+
+async def test_a_call_whose_first_attempt_succeeds_builds_no_retry_policy(monkeypatch: pytest.MonkeyPatch) -> None:
+    # tenacity's retry object costs CPU on every call that builds it; only a retry needs it.
+    built: list[int] = []
+    real = tenacity.AsyncRetrying
+
+    def counted(*args: Any, **kwargs: Any) -> tenacity.AsyncRetrying:
+        built.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tenacity, "AsyncRetrying", counted)
+    ok, flaky = FakeReplica("ok"), FakeReplica("flaky", ServingUnavailable("refused"), failures=1)
+    client = ReplicatedClient([ok, flaky], max_attempts=3)
+    assert (await client.predict(REQUEST, Deadline.after(5))).outputs["who"].values == [b"ok"]
+    assert built == []
+    # The next call's first attempt (flaky's turn) fails UNAVAILABLE: retried on the other.
+    assert (await client.predict(REQUEST, Deadline.after(5))).outputs["who"].values == [b"ok"]
+    assert built == [1] and (ok.calls, flaky.calls) == (2, 1)
 
 
 class HungReplica(FakeReplica):

@@ -5,7 +5,7 @@ One serving process, several API processes in front of it:
   gRPC front end; until then the gRPC half is skipped, saying so);
 - serving's own answers to a misconfiguration (a signature it does not have) come out
   as 503 `serving_misconfigured`, over each protocol;
-- coalescing on gives the same scores as coalescing off.
+- coalescing on (the default) gives the same scores as coalescing off.
 """
 
 from __future__ import annotations
@@ -81,11 +81,10 @@ def scores(api: Api, bodies: list[dict]) -> dict[str, float]:
 
 def test_rest_and_coalesced_rest_agree(serving: Serving, tmp_path: Path, apis: list[Api]) -> None:
     bodies = transactions(120, seed=99)
-    plain = start_api_process(tmp_path, "rest", serving.rest_url)
+    # Coalescing is the default: the plain API switches it off, the coalesced one runs as shipped.
+    plain = start_api_process(tmp_path, "rest", serving.rest_url, COALESCING_ENABLED="false")
     apis.append(plain)
-    coalesced = start_api_process(
-        tmp_path, "rest-coalesced", serving.rest_url, COALESCING_ENABLED="true", COALESCING_WINDOW_MS="5"
-    )
+    coalesced = start_api_process(tmp_path, "rest-coalesced", serving.rest_url)
     apis.append(coalesced)
     expected = scores(plain, bodies)
     got = scores(coalesced, bodies)

@@ -38,6 +38,15 @@ def test_parse_rejects_lines_without_a_count() -> None:
         parse_collapsed("main (app.py:1);run (app.py:2)\n")
 
 
+def test_a_sample_without_python_frames_counts_under_no_function() -> None:
+    # py-spy writes " 8" for samples of a thread with no Python frame on its stack.
+    stacks = parse_collapsed("main (app.py:1);run (app.py:2) 3\n 8\n")
+    assert [s.frames for s in stacks] == [("main (app.py:1)", "run (app.py:2)"), ()]
+    summary = summarize(stacks)
+    assert summary["samples"] == 11
+    assert summary["self"] == [("run (app)", round(3 / 11, 4))]
+
+
 @pytest.mark.parametrize(
     ("frame", "expected"),
     [

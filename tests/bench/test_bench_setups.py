@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 from api.examples.fraud.schemas import Transaction
 from bench.__main__ import default_pinning, jobs_for
 from bench.apps import ceiling
+from bench.apps.common import build_app
 from bench.plan import QUICK
 from bench.setups import all_setups, custom_variant, split_environment, split_variants
 from bench.workload import FRAUD, FRAUD_TRANSFORMER, WORKLOADS, body_pool
@@ -21,9 +22,10 @@ from bench.workload import FRAUD, FRAUD_TRANSFORMER, WORKLOADS, body_pool
 
 @dataclass
 class Field:
-    """Stands in for pydantic's FieldInfo: only `.annotation` is read."""
+    """Stands in for pydantic's FieldInfo: only `.annotation` and `.default` are read."""
 
     annotation: Any
+    default: Any = None
 
 
 def by_name(fields: dict[str, Any]) -> dict[str, Any]:
@@ -56,6 +58,13 @@ def test_variants_set_one_api_setting_each() -> None:
     }
 
 
+def test_coalescing_on_by_default_gives_a_variant_without_it() -> None:
+    variants = by_name({"coalescing_enabled": Field(bool, default=True)})
+    assert variants["split"].env == {}
+    assert variants["split-no-coalescing"].env == {"COALESCING_ENABLED": "false"}
+    assert "split-coalescing" not in variants
+
+
 def test_a_protocol_field_without_grpc_is_not_available() -> None:
     variants = by_name({"serving_protocol": Field(Literal["rest"])})
     assert not variants["split-grpc"].available
@@ -66,7 +75,7 @@ def test_the_api_in_this_checkout() -> None:
     names = [s.name for s in all_setups()]
     assert names[:3] == ["ceiling", "naive", "tuned"]  # tuned before the splits: its SLO-RPS
     assert names[3] == "split"
-    assert {"split-coalescing", "split-grpc"} <= set(names)
+    assert {"split-no-coalescing", "split-grpc"} <= set(names)  # coalescing is the default
 
 
 def test_the_split_is_started_by_run_server_with_only_ports_and_files_set(tmp_path: Path) -> None:
@@ -119,13 +128,18 @@ def test_body_pool_is_valid_and_varied() -> None:
     assert body_pool(200) == bodies  # deterministic
 
 
-def test_ceiling_app_validates_and_echoes_the_id() -> None:
+def test_ceiling_app_is_the_api_without_a_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EVENTS_JSONL_PATH", str(tmp_path / "events.jsonl"))
     body = orjson.loads(body_pool(1)[0])
     with TestClient(ceiling.create_app()) as client:
         answer = client.post("/v1/fraud/score", json=body)
         assert answer.status_code == 200
         assert answer.json()["transaction_id"] == body["transaction_id"]
-        assert answer.json()["model"] == {"name": "none", "version": 0}
+        assert answer.json()["model"] == {"name": "none", "version": 1}
+        assert answer.json()["fraud_score"] == 0.0
+        # The API's own middleware answered: its request id and timing headers.
+        assert answer.headers["x-request-id"] and "serving;dur=" in answer.headers["server-timing"]
+        assert client.get("/readyz").status_code == 200
         bad = client.post("/v1/fraud/score", json={**body, "currency": "XXX"})
         assert bad.status_code == 422
         assert bad.json()["detail"][0]["loc"] == ["body", "currency"]
@@ -138,7 +152,7 @@ def test_jobs_of_the_quick_plan_and_a_custom_variant() -> None:
     names = [(j.workload.name, j.setup.name) for j in jobs]
     assert names == [
         ("fraud", "ceiling"), ("fraud", "naive"), ("fraud", "tuned"), ("fraud", "split"),
-        ("fraud", "split-coalescing"), ("fraud", "split+SERVING_ARGS=--enable_batching"),
+        ("fraud", "split-no-coalescing"), ("fraud", "split+SERVING_ARGS=--enable_batching"),
         ("fraud-transformer", "tuned"), ("fraud-transformer", "split"),
         ("fraud-transformer", "split+SERVING_ARGS=--enable_batching"),
     ]
@@ -153,12 +167,16 @@ def test_custom_variants_need_environment_names(settings: dict[str, str]) -> Non
 
 
 def test_in_process_apps_collect_before_they_serve(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each comparison app runs a full collection at start (bench.apps.common.settled), so
+    """The naive and tuned apps run a full collection at start (bench.apps.common.settled), so
     a memory snapshot sees the settled state whether or not the warm-up triggered one."""
     import gc
 
     calls: list[int] = []
     monkeypatch.setattr(gc, "collect", lambda *a: calls.append(1) or 0)
-    with TestClient(ceiling.create_app()) as client:
+
+    async def handler() -> dict[str, str]:
+        return {}
+
+    with TestClient(build_app("settled", handler)) as client:
         assert calls == [1]
         assert client.get("/healthz").status_code == 200
