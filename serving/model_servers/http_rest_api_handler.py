@@ -76,7 +76,7 @@ _INT64_MAX = 2**63 - 1
 #: Bodies this large are parsed and decoded on the codec executor (see the module doc).
 CODEC_OFFLOAD_BODY_BYTES = 64 * 1024
 #: Answers with this many output elements are encoded on it (~20-45 ns each: 0.3-0.7 ms).
-CODEC_OFFLOAD_OUTPUT_ELEMENTS = 16 * 1024
+CODEC_OFFLOAD_OUTPUT_ELEMENTS = 4 * 1024
 _JSON = "application/json"
 CORS_HEADERS: Mapping[str, str] = {
     "Access-Control-Allow-Origin": "*",
