@@ -78,6 +78,12 @@ def _frame(obj: object) -> list[bytes | memoryview]:
     return parts
 
 
+def _job_frame(fn: Callable[..., Any], args: tuple[Any, ...]) -> list[bytes | memoryview]:
+    """The frame of one job, ``(fn, args)``. Top-level bytes (a request body) go out of band
+    too: no copy into the pickle."""
+    return _frame((fn, tuple(pickle.PickleBuffer(a) if type(a) is bytes else a for a in args)))
+
+
 async def _read_frame(reader: asyncio.StreamReader) -> Any:
     """One frame from ``reader``; raises :class:`asyncio.IncompleteReadError` at end of stream."""
     size, count = _HEAD.unpack(await reader.readexactly(_HEAD.size))
@@ -106,12 +112,11 @@ class _Worker:
     def alive(self) -> bool:
         return self.process.returncode is None
 
-    async def call(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[bool, Any]:
-        """Send one job, return ``(ok, result or exception)``. Raises :class:`ConnectionError`
-        or :class:`asyncio.IncompleteReadError` when the worker is gone."""
-        # Top-level bytes (a request body) go out of band too: no copy into the pickle.
-        job = (fn, tuple(pickle.PickleBuffer(a) if type(a) is bytes else a for a in args))
-        for part in _frame(job):  # one write each: a joined frame would be one more copy
+    async def call(self, job: list[bytes | memoryview]) -> tuple[bool, Any]:
+        """Send one job's frame (:func:`_job_frame`), return ``(ok, result or exception)``.
+        Raises :class:`ConnectionError` or :class:`asyncio.IncompleteReadError` when the worker
+        is gone."""
+        for part in job:  # one write each: a joined frame would be one more copy
             self._stdin.write(part)
         await self._stdin.drain()
         return await _read_frame(self._stdout)
@@ -136,9 +141,8 @@ class ProcessExecutor:
     ``processes`` workers (>= 1) each run one job at a time; ``max_queued`` jobs may wait for one.
     ``preload`` names modules each worker imports as it starts (so the first job does not pay for
     them); ``low_priority`` puts each worker at the lowest CPU priority (``SCHED_IDLE``, nice
-    19). ``name``
-    is for logs and messages. Call :meth:`start` on the running loop before :meth:`run`, and
-    :meth:`close` at the end.
+    19). ``name`` is for logs and messages. Call :meth:`start` on the running loop before
+    :meth:`run`, and :meth:`close` at the end.
     """
 
     def __init__(
@@ -181,7 +185,8 @@ class ProcessExecutor:
         ``fn`` is a module-level function the workers can import; ``args`` and the result are
         pickled (numpy arrays without a copy into the pickle). Raises :class:`ServingError`
         ``UNAVAILABLE`` when ``max_queued`` jobs already wait, when the pool is closed, or when
-        the worker died during the job.
+        the worker died during the job; ``INTERNAL`` when the worker cannot unpickle the job
+        (``fn`` not importable there); :mod:`pickle`'s errors for what does not pickle.
         """
         if self._closed or self._idle is None:
             raise ServingError(Code.UNAVAILABLE, f"{self.name} is not running")
@@ -191,9 +196,11 @@ class ProcessExecutor:
                 f"{self.name}: {self._waiting} requests already wait for a worker process; "
                 "retry later",
             )
+        # Pickled before a worker is taken: what does not pickle fails here, costing no worker.
+        job = _job_frame(fn, args)
         worker = await self._take()
         try:
-            ok, value = await worker.call(fn, args)
+            ok, value = await worker.call(job)
         except (ConnectionError, asyncio.IncompleteReadError):
             await self._wait_exit(worker)
             self._replace(worker)
@@ -281,8 +288,12 @@ class ProcessExecutor:
         """Stop the workers: each finishes the job it runs (its caller gets the answer), then
         exits as its stdin closes; one still running after 10 s is killed."""
         self._closed = True
-        for task in list(self._spawning):
-            task.cancel()
+        if self._spawning:
+            # A replacement being started is awaited (milliseconds), not cancelled: cancelling
+            # asyncio's create_subprocess_exec while it connects the pipes can leave it waiting
+            # for ever for pipes that never connected (CPython 3.11), and the loop's shutdown
+            # with it. Once started, it is closed below with the others.
+            await asyncio.wait(list(self._spawning), timeout=_CLOSE_TIMEOUT_S)
         workers = list(self._workers)
         for worker in workers:
             with contextlib.suppress(Exception):
@@ -313,7 +324,9 @@ def _read_exactly(stream: BinaryIO, size: int) -> bytes:
     return data
 
 
-def _read_frame_blocking(stream: BinaryIO) -> Any:
+def _read_frame_blocking(stream: BinaryIO) -> tuple[bytes, list[bytearray]]:
+    """One frame's pickle and out-of-band buffers, not yet unpickled; raises
+    :class:`EOFError` at the end of the stream."""
     size, count = _HEAD.unpack(_read_exactly(stream, _HEAD.size))
     data = _read_exactly(stream, size)
     buffers = []
@@ -323,7 +336,14 @@ def _read_frame_blocking(stream: BinaryIO) -> Any:
         if stream.readinto(buffer) != length:  # a BufferedReader fills it or hits EOF
             raise EOFError
         buffers.append(buffer)
-    return pickle.loads(data, buffers=buffers)
+    return data, buffers
+
+
+def _job(data: bytes, buffers: list[bytearray]) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    """The ``(function, args)`` of one frame. Bytes sent out of band arrive as read-only
+    memoryviews: the function gets bytes."""
+    fn, args = pickle.loads(data, buffers=buffers)
+    return fn, tuple(bytes(a) if type(a) is memoryview else a for a in args)
 
 
 def _answer(fn: Callable[..., Any], args: tuple[Any, ...]) -> list[bytes | memoryview]:
@@ -373,12 +393,17 @@ def _worker_main(argv: Sequence[str]) -> int:
         importlib.import_module(module)
     while True:
         try:
-            fn, args = _read_frame_blocking(requests)
+            data, buffers = _read_frame_blocking(requests)
         except EOFError:
             return 0
-        # Bytes sent out of band arrive as read-only memoryviews: the function gets bytes.
-        args = tuple(bytes(a) if type(a) is memoryview else a for a in args)
-        answers.writelines(_answer(fn, args))
+        try:
+            fn, args = _job(data, buffers)
+        except Exception as exc:  # noqa: BLE001 - e.g. a function this process cannot import
+            # The frame was read whole, so the stream is still in step: answer, and go on.
+            failure = ServingError(Code.INTERNAL, f"{exc!r} unpickling a job in a worker process")
+            answers.writelines(_frame((False, failure)))
+        else:
+            answers.writelines(_answer(fn, args))
         answers.flush()
 
 

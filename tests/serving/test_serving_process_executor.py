@@ -8,10 +8,15 @@ the JSON codec). Each test is bounded in time (:data:`BOUND_S` per await).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
+import sys
+import threading
 import time
+import types
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TypeVar
 
 import numpy as np
@@ -182,3 +187,54 @@ def test_close_lets_the_job_in_flight_finish_and_the_workers_exit() -> None:
         assert closed.value.code is Code.UNAVAILABLE
 
     asyncio.run(main())
+
+
+def test_a_job_the_worker_cannot_unpickle_is_an_internal_error_and_the_worker_goes_on() -> None:
+    # A function only this process has (a module made here): the worker cannot import it.
+    here_only = types.ModuleType("made_in_the_test_process")
+    exec("def answer():\n    return 42\n", here_only.__dict__)  # noqa: S102 - a fixed test function
+    sys.modules[here_only.__name__] = here_only
+
+    async def test(pool: ProcessExecutor) -> None:
+        (worker,) = worker_pids(pool)
+        with pytest.raises(ServingError) as info:
+            await pool.run(here_only.answer)
+        assert info.value.code is Code.INTERNAL
+        assert "made_in_the_test_process" in info.value.message, info.value.message
+        with pytest.raises(TypeError, match="cannot pickle"):  # refused before it reaches a worker
+            await pool.run(len, threading.Lock())
+        assert await pool.run(os.getpid) == worker  # the same worker, still in step
+
+    try:
+        run_with_pool(test)
+    finally:
+        del sys.modules[here_only.__name__]
+
+
+def test_close_right_after_a_worker_died_waits_for_its_replacement_and_ends_it() -> None:
+    async def main() -> None:
+        pool = ProcessExecutor(1, max_queued=4, name="test pool")
+        await pool.start()
+        (first,) = worker_pids(pool)
+        job = asyncio.ensure_future(pool.run(time.sleep, 60))
+        await asyncio.sleep(0.3)
+        os.kill(first, signal.SIGKILL)
+        with pytest.raises(ServingError):
+            await asyncio.wait_for(job, BOUND_S)
+        assert pool._spawning  # the replacement is being started
+        await asyncio.wait_for(pool.close(), BOUND_S)
+        assert not pool._spawning
+        assert worker_children() == set()
+
+    asyncio.run(asyncio.wait_for(main(), 2 * BOUND_S))
+
+
+def worker_children() -> set[int]:
+    """This process's children that run the worker module, still running."""
+    pids = set()
+    for task in Path("/proc/self/task").iterdir():
+        for child in (task / "children").read_text().split():
+            with contextlib.suppress(FileNotFoundError):
+                if b"serving.util.process_executor" in Path(f"/proc/{child}/cmdline").read_bytes():
+                    pids.add(int(child))
+    return pids
