@@ -24,8 +24,9 @@ on
 :class:`~serving.servables.tensorflow.inference_runner.InferenceRunner`; like TF Serving, the body is parsed before
 the model is looked up, so a malformed body is a 400 even for an unknown model.
 
-Large bodies (64 KiB and more) are parsed and decoded, and large answers (16,384 elements and
-more) encoded, on the handler's *codec executor*: the server's low-priority worker processes
+Large bodies (:data:`CODEC_OFFLOAD_BODY_BYTES`, 64 KiB, and more) are parsed and decoded, and
+large answers (:data:`CODEC_OFFLOAD_OUTPUT_ELEMENTS`, 4,096 output elements, and more) encoded, on
+the handler's *codec executor*: the server's low-priority worker processes
 (:class:`~serving.util.process_executor.ProcessExecutor`, ``--rest_api_num_json_processes``), so
 that one client's large bodies hold neither the event loop nor the GIL the others need; or the
 request threads when those are off. Smaller ones are handled here: the hop costs more than they
@@ -58,7 +59,15 @@ from serving.util import json_example, json_tensor
 from serving.util.errors import Code, ServingError
 from serving.util.request_limits import RequestLimits
 
-__all__ = ["CORS_HEADERS", "CodecExecutor", "HttpRestApiHandler", "error_json", "json_response"]
+__all__ = [
+    "CODEC_OFFLOAD_BODY_BYTES",
+    "CODEC_OFFLOAD_OUTPUT_ELEMENTS",
+    "CORS_HEADERS",
+    "CodecExecutor",
+    "HttpRestApiHandler",
+    "error_json",
+    "json_response",
+]
 
 _T = TypeVar("_T")
 
