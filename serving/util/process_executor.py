@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import io
 import logging
 import os
 import pickle
@@ -47,7 +48,7 @@ import struct
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO, TypeVar
+from typing import Any, TypeVar
 
 from serving.util.errors import Code, ServingError
 
@@ -119,7 +120,8 @@ class _Worker:
         for part in job:  # one write each: a joined frame would be one more copy
             self._stdin.write(part)
         await self._stdin.drain()
-        return await _read_frame(self._stdout)
+        outcome: tuple[bool, Any] = await _read_frame(self._stdout)  # what _answer framed
+        return outcome
 
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -317,14 +319,14 @@ class ProcessExecutor:
 # --------------------------------------------------------------------------------------------
 
 
-def _read_exactly(stream: BinaryIO, size: int) -> bytes:
+def _read_exactly(stream: io.BufferedReader, size: int) -> bytes:
     data = stream.read(size)
     if len(data) != size:
         raise EOFError
     return data
 
 
-def _read_frame_blocking(stream: BinaryIO) -> tuple[bytes, list[bytearray]]:
+def _read_frame_blocking(stream: io.BufferedReader) -> tuple[bytes, list[bytearray]]:
     """One frame's pickle and out-of-band buffers, not yet unpickled; raises
     :class:`EOFError` at the end of the stream."""
     size, count = _HEAD.unpack(_read_exactly(stream, _HEAD.size))
