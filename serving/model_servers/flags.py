@@ -142,8 +142,9 @@ class ServerOptions:
     rest_api_num_json_processes: int = _flag(
         1,
         "(ours) Worker processes, at the lowest CPU priority, that parse and decode HTTP/REST "
-        "request bodies of 64 KiB and more and encode large answers, so that one client's "
-        "large requests do not slow the others; 0: on the request threads instead.",
+        "request bodies of 64 KiB and more and encode answers of 4,096 output elements and "
+        "more, so that one client's large requests do not slow the others; while all are busy "
+        "64 more such requests may wait, then 503. 0: on the request threads instead.",
     )
     rest_api_max_body_bytes: int = _flag(
         DEFAULT_MAX_BODY_BYTES,

@@ -46,13 +46,13 @@ from serving.util.errors import Code, LimitExceeded, ServingError, from_exceptio
 from serving.util.process_executor import ProcessExecutor
 from serving.util.request_limits import RequestLimits
 
-__all__ = ["RestServer", "bind", "create_app", "json_processes"]
+__all__ = ["JSON_QUEUE", "RestServer", "bind", "create_app", "json_processes"]
 
 _log = logging.getLogger(__name__)
 _ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"]
 #: Large bodies that may wait for a JSON worker process; one more is answered 503. At most
 #: 64 MiB of bodies held at the default 1 MiB body limit.
-_JSON_QUEUE = 64
+JSON_QUEUE = 64
 #: What the JSON worker processes import as they start: the codecs' modules.
 _JSON_MODULES = ("serving.util.json_tensor", "serving.util.json_example")
 
@@ -123,7 +123,7 @@ def json_processes(count: int) -> ProcessExecutor | None:
     if count <= 0:
         return None
     return ProcessExecutor(
-        count, max_queued=_JSON_QUEUE, name="REST JSON processes", preload=_JSON_MODULES
+        count, max_queued=JSON_QUEUE, name="REST JSON processes", preload=_JSON_MODULES
     )
 
 

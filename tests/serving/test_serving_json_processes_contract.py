@@ -22,6 +22,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from serving.model_servers import flags, http_server
 from serving.model_servers.http_rest_api_handler import CODEC_OFFLOAD_BODY_BYTES, CODEC_OFFLOAD_OUTPUT_ELEMENTS
 from tests.serving.example_server import DIGIT_IMAGE, FRAUD_ROW, ExampleServer, running_example_server
 
@@ -222,3 +223,13 @@ def test_a_chunked_body_over_the_limit_is_refused_alike(servers: Servers) -> Non
     in_workers, in_threads = answers
     assert (in_workers.status_code, in_workers.content) == (in_threads.status_code, in_threads.content)
     assert in_workers.status_code == 413, in_workers.text
+
+
+def test_help_states_what_the_server_does() -> None:
+    text = " ".join(flags._build_parser().format_help().split())
+    described = text[text.index("--rest_api_num_json_processes REST_API_NUM_JSON_PROCESSES") :]
+    assert f"request bodies of {CODEC_OFFLOAD_BODY_BYTES >> 10} KiB and more" in described
+    assert f"answers of {CODEC_OFFLOAD_OUTPUT_ELEMENTS:,} output elements and more" in described
+    assert f"{http_server.JSON_QUEUE} more such requests may wait, then 503" in described
+    with pytest.raises(flags.FlagError, match="--rest_api_num_json_processes must be >= 0"):
+        flags.parse_flags(["--model_base_path=/m", "--rest_api_num_json_processes=-1"])
