@@ -25,7 +25,7 @@ import pytest
 
 from serving.model_servers.http_rest_api_handler import CODEC_OFFLOAD_BODY_BYTES, CODEC_OFFLOAD_OUTPUT_ELEMENTS
 from tests.serving.example_server import FRAUD_ROW, ExampleServer, running_example_server
-from tests.support import wait_until
+from tests.support import children_running, wait_until
 
 WORKER_MODULE = "serving.util.process_executor"
 MAX_BODY_BYTES = 8 << 20
@@ -49,14 +49,7 @@ def predict_body(size: int) -> tuple[bytes, int]:
 
 def worker_pids(server: ExampleServer) -> set[int]:
     """The server's JSON worker processes (its children running :data:`WORKER_MODULE`)."""
-    pids = set()
-    for task in Path(f"/proc/{server.pid}/task").iterdir():
-        try:  # threads and processes come and go while this reads
-            children = (task / "children").read_text().split()
-            pids |= {int(c) for c in children if WORKER_MODULE.encode() in Path(f"/proc/{c}/cmdline").read_bytes()}
-        except FileNotFoundError:
-            continue
-    return pids
+    return children_running(server.pid, WORKER_MODULE)
 
 
 def cpu_seconds(pid: int) -> float:

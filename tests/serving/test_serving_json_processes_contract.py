@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import orjson
 import pytest
@@ -25,8 +24,8 @@ import pytest
 from serving.model_servers import flags, http_server
 from serving.model_servers.http_rest_api_handler import CODEC_OFFLOAD_BODY_BYTES, CODEC_OFFLOAD_OUTPUT_ELEMENTS
 from tests.serving.example_server import DIGIT_IMAGE, FRAUD_ROW, ExampleServer, running_example_server
+from tests.support import children_running
 
-WORKER_MODULE = b"serving.util.process_executor"
 MAX_BODY_BYTES = 1 << 20
 MAX_ELEMENTS = 11 * 6_000  # 6,000 fraud rows
 ROWS = 5_000  # answers of 5,000 fraud scores: encoded in the worker too
@@ -55,12 +54,7 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
 
 def json_workers(server: ExampleServer) -> set[int]:
     """The server's child processes that run the JSON worker module."""
-    pids = set()
-    for task in Path(f"/proc/{server.pid}/task").iterdir():
-        for child in (task / "children").read_text().split():
-            if WORKER_MODULE in Path(f"/proc/{child}/cmdline").read_bytes():
-                pids.add(int(child))
-    return pids
+    return children_running(server.pid, "serving.util.process_executor")
 
 
 def rows(count: int) -> list[list[float]]:

@@ -8,7 +8,6 @@ the JSON codec). Each test is bounded in time (:data:`BOUND_S` per await).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
 import sys
@@ -16,7 +15,6 @@ import threading
 import time
 import types
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import TypeVar
 
 import numpy as np
@@ -25,6 +23,7 @@ import pytest
 from serving.util import json_tensor
 from serving.util.errors import Code, ServingError
 from serving.util.process_executor import ProcessExecutor
+from tests.support import children_running
 
 BOUND_S = 30.0
 _T = TypeVar("_T")
@@ -231,10 +230,4 @@ def test_close_right_after_a_worker_died_waits_for_its_replacement_and_ends_it()
 
 def worker_children() -> set[int]:
     """This process's children that run the worker module, still running."""
-    pids = set()
-    for task in Path("/proc/self/task").iterdir():
-        for child in (task / "children").read_text().split():
-            with contextlib.suppress(FileNotFoundError):
-                if b"serving.util.process_executor" in Path(f"/proc/{child}/cmdline").read_bytes():
-                    pids.add(int(child))
-    return pids
+    return children_running(os.getpid(), "serving.util.process_executor")
