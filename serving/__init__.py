@@ -69,6 +69,8 @@ module                                                     follows (``tensorflow
 ``util.metrics``                                           TF Serving's Prometheus metrics and exposition
                                                            (``util/prometheus_exporter``)
 ``util.executor``                                          ``util/executor``: blocking work off the event loop
+``util.process_executor``                                  (ours) the REST codec's low-priority worker
+                                                           processes (``--rest_api_num_json_processes``)
 ``util.periodic_function``                                 TensorFlow's ``PeriodicFunction`` (the polls)
 ``util.lean_import``                                       keeps TensorFlow's optional packages out
 ``protos``                                                 generated code of the protos the wheels lack

@@ -34,6 +34,19 @@ def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str) -> No
     raise TimeoutError(f"timed out after {timeout_s}s waiting for {what}")
 
 
+def children_running(pid: int, module: str) -> set[int]:
+    """The live child processes of ``pid`` whose command line names ``module`` (``-m module``),
+    from ``/proc/<pid>/task/*/children``."""
+    pids = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(FileNotFoundError):  # threads and processes come and go
+            for child in (task / "children").read_text().split():
+                with contextlib.suppress(FileNotFoundError):
+                    if module.encode() in Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0"):
+                        pids.add(int(child))
+    return pids
+
+
 def http_ok(url: str) -> bool:
     """True when GET url answers 2xx within 1 s."""
     try:

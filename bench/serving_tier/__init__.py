@@ -58,7 +58,12 @@ Then the row **serving under a hostile neighbour** (``neighbour``; REST, batchin
 a well-behaved client's one-row ``:predict`` requests at ``--neighbour-rate`` per second (open
 loop), quiet and then while another client sends the largest body the server's default limits
 allow, back to back; it prints both answers/s and p99 and whether the p99 beside the neighbour
-stayed within 2x the quiet one (held / NOT held). ``--neighbour-rate 0`` skips it.
+stayed within 2x the quiet one (held / NOT held), and the server's
+``--rest_api_num_json_processes`` (its default, or ``--neighbour-json-processes N``).
+``--neighbour-rate 0`` skips it; ``--neighbour-only`` runs it alone::
+
+    python -m bench.serving_tier --neighbour-only --quick
+    python -m bench.serving_tier --neighbour-only --neighbour-json-processes 0   # for comparison
 
 The ceiling of whichever gRPC generator is used is measured first against a no-op gRPC server
 (``null-server`` subcommand, grpc.aio, canned answer, on the server's CPU) and printed beside the

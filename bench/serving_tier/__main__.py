@@ -24,7 +24,7 @@ from bench.serving_tier.result import Run
 from bench.serving_tier.runs import grpc_ceiling, profile_server, run_grpc, run_rest
 from bench.serving_tier.server import TUNED_BATCHING, Config, serving
 from bench.serving_tier.workload import POOL_REQUESTS, feature_rows, write_rest_pool
-from serving.model_servers.flags import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_REQUEST_ELEMENTS
+from serving.model_servers.flags import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_REQUEST_ELEMENTS, ServerOptions
 
 RESULTS_DIR = REPO / "bench" / "results"
 
@@ -37,11 +37,13 @@ def benchmark(args: argparse.Namespace) -> int:
     workdir = Path(tempfile.mkdtemp(prefix=f"serving-tier-{stamp}-", dir=RESULTS_DIR))
     rest_on, grpc_on = "rest" in args.protocols, "grpc" in args.protocols
     pools = {}
-    if rest_on:
+    if rest_on and not args.neighbour_only:
         pools = {rows: write_rest_pool(workdir / f"rest-{rows}.jsonl", rows) for rows in args.rows}
     configs = [Config(tuple(args.server_cpus_one), mode) for mode in ("off", "default", "tuned")]
     if not args.one_core_only:
         configs += [Config(tuple(args.server_cpus_two), mode) for mode in ("off", "tuned")]
+    if args.neighbour_only:
+        configs, grpc_on = [], False
     runs: list[Run] = []
     profile: dict[str, Any] | None = None
     generator: Generator = args.generator
@@ -73,7 +75,11 @@ def benchmark(args: argparse.Namespace) -> int:
         body, rows = largest_request(
             feature_rows(256), DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_REQUEST_ELEMENTS
         )
-        config = Config(tuple(args.server_cpus_one if args.one_core_only else args.server_cpus_two), "off")
+        cpus = tuple(args.server_cpus_one if args.one_core_only else args.server_cpus_two)
+        json_processes = args.neighbour_json_processes
+        if json_processes is None:
+            json_processes = ServerOptions().rest_api_num_json_processes  # the server's default
+        config = Config(cpus, "off", (f"--rest_api_num_json_processes={json_processes}",))
         say(f"starting the server: {config.label} (hostile neighbour)")
         with serving(config, workdir) as (_, rest, _):
             pool = pools.get(1) or write_rest_pool(workdir / "rest-1.jsonl", 1)
@@ -86,6 +92,7 @@ def benchmark(args: argparse.Namespace) -> int:
                 duration_s=args.duration,
                 warmup_s=args.warmup,
                 load_cpus=tuple(args.load_cpus),
+                server=config.label,
                 say=say,
             )
     found = goals(runs)
@@ -118,16 +125,17 @@ def benchmark(args: argparse.Namespace) -> int:
     out.write_text(json.dumps(report, indent=2, default=str) + "\n")
     if grpc_on:
         print(f"gRPC load generator: {generator.describe()}")
-    print(table(runs))
-    print()
-    for goal in found:
-        if goal["where"] == "not measured":  # e.g. --rows 1 or --protocols leave it out
-            print(f"goal {goal['goal']}: not measured in this run")
-            continue
-        mark = "held" if goal["held"] else "NOT held"
-        print(f"goal {goal['goal']}: {goal['measured']:,} ({goal['where']}) -- {mark}")
-    if neighbour is not None:
+    if runs:  # none with --neighbour-only
+        print(table(runs))
         print()
+        for goal in found:
+            if goal["where"] == "not measured":  # e.g. --rows 1 or --protocols leave it out
+                print(f"goal {goal['goal']}: not measured in this run")
+                continue
+            mark = "held" if goal["held"] else "NOT held"
+            print(f"goal {goal['goal']}: {goal['measured']:,} ({goal['where']}) -- {mark}")
+        print()
+    if neighbour is not None:
         print("\n".join(neighbour_lines(neighbour)))
     if profile and "self" in profile:
         print("\nserver profile at gRPC saturation (1 core, batching tuned), self time:")
@@ -187,6 +195,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="the well-behaved client's requests/s in the hostile-neighbour row (0: skip the row)",
     )
     parser.add_argument(
+        "--neighbour-json-processes",
+        type=int,
+        default=None,
+        help="the server's --rest_api_num_json_processes in the hostile-neighbour row (default: "
+        "the server's own default; 0 decodes large bodies on its request threads)",
+    )
+    parser.add_argument(
+        "--neighbour-only",
+        action="store_true",
+        help="only the hostile-neighbour row (REST), none of the matrix",
+    )
+    parser.add_argument(
         "--profile", action="store_true", help="py-spy the 1-core tuned-batching server"
     )
     args = parser.parse_args(argv)
@@ -201,6 +221,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.quick:
         args.duration, args.warmup = 5.0, 1.0
+    if args.neighbour_only and (args.neighbour_rate <= 0 or "rest" not in args.protocols):
+        parser.error("--neighbour-only needs the REST protocol and a --neighbour-rate above 0")
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         print("needs at least 2 CPUs (server and load generator apart)", file=sys.stderr)

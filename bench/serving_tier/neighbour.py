@@ -8,9 +8,14 @@ while a neighbour sends, back to back on one connection of its own, the largest 
 the server's default limits allow (``--rest_api_max_body_bytes``, ``--max_request_elements``;
 :func:`largest_request`). The row gives the well-behaved client's answers/s and p99 both times
 and whether its p99 stayed within :data:`P99_GOAL_RATIO` x its quiet p99 (``held`` / ``NOT
-held``), with the neighbour's own count of answers by status. What the neighbour costs the others
-is the event-loop time of its requests: its JSON is parsed, decoded and its answer encoded in
-Python while the loop serves no one else.
+held``), with the neighbour's own count of answers by status.
+
+What the neighbour costs the others is the CPU and GIL time of its requests: parsing, decoding and
+answering a 1 MiB body is some 4.5 ms of Python holding the GIL. The server decodes such bodies,
+and encodes their answers, in its low-priority JSON worker processes
+(``--rest_api_num_json_processes``, default 1; ``--neighbour-json-processes`` sets it here, 0 puts
+that work back on the server's request threads, for comparison), and the row names the setting.
+This row is where that choice is measured; the tests only check where the work is done.
 """
 
 from __future__ import annotations
@@ -113,6 +118,7 @@ class NeighbourRun:
     neighbour_mean_s: float | None = None
     ratio: float | None = None
     held: bool | None = None
+    server: str = ""  # the server's configuration (CPUs, batching, flags)
 
 
 def run_neighbour(
@@ -125,11 +131,13 @@ def run_neighbour(
     duration_s: float,
     warmup_s: float,
     load_cpus: tuple[int, ...],
+    server: str = "",
     say: Callable[[str], None] = print,
 ) -> NeighbourRun:
-    """Quiet run, then the same timetable beside a :class:`HostileNeighbour` sending ``body``."""
+    """Quiet run, then the same timetable beside a :class:`HostileNeighbour` sending ``body``.
+    ``server`` describes the server at ``rest`` for the printout."""
     url = f"{rest}/v1/models/{MODEL_NAME}:predict"
-    run = NeighbourRun(rate_rps, duration_s, len(body), rows)
+    run = NeighbourRun(rate_rps, duration_s, len(body), rows, server=server)
     load = LoadSettings(url=url, pool=pool, cpus=load_cpus, timeout_s=CALL_TIMEOUT_S)
     run_open_loop(load, rate_rps=rate_rps, duration_s=warmup_s, seed=SEED)
     say(f"hostile neighbour: quiet, {rate_rps:g} requests/s for {duration_s:g} s")
@@ -172,7 +180,9 @@ def neighbour_lines(run: NeighbourRun) -> list[str]:
     mean = "-" if run.neighbour_mean_s is None else f"{run.neighbour_mean_s * 1000:.0f} ms each"
     return [
         "serving under a hostile neighbour (REST :predict, 1-row requests at "
-        f"{run.rate_rps:g}/s, open loop, {run.duration_s:g} s each):",
+        f"{run.rate_rps:g}/s, open loop, {run.duration_s:g} s each"
+        + (f"; server: {run.server}" if run.server else "")
+        + "):",
         f"  quiet:        {run.quiet_rps:8.0f} answers/s  p50 {ms(run.quiet_p50_ms)}  p99 {ms(run.quiet_p99_ms)}",
         f"  beside it:    {run.hostile_rps:8.0f} answers/s  p50 {ms(run.hostile_p50_ms)}  p99 {ms(run.hostile_p99_ms)}",
         f"  neighbour:    {run.neighbour_body_bytes / 1e6:.1f} MB bodies ({run.neighbour_rows:,} rows), "

@@ -28,16 +28,17 @@ TUNED_BATCHING = (
 
 @dataclass(frozen=True)
 class Config:
-    """One server start: which CPUs, and batching ``off``, ``default`` or ``tuned``."""
+    """One server start: which CPUs, batching ``off``, ``default`` or ``tuned``, and any other
+    ``python -m serving`` flags (``--name=value``)."""
 
     cpus: tuple[int, ...]
     batching: str
+    flags: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:
-        return (
-            f"{len(self.cpus)} core{'s' if len(self.cpus) > 1 else ''}, batching {self.batching}"
-        )
+        label = f"{len(self.cpus)} core{'s' if len(self.cpus) > 1 else ''}, batching {self.batching}"
+        return ", ".join([label, *self.flags])
 
 
 def _ready(url: str) -> bool:
@@ -82,7 +83,9 @@ def serving(config: Config, workdir: Path) -> Iterator[tuple[Process, str, str]]
         parameters = workdir / "batching.config"
         parameters.write_text(TUNED_BATCHING)
         args.append(f"--batching_parameters_file={parameters}")
+    args += config.flags
     name = f"serving-{len(config.cpus)}cpu-batching-{config.batching}"
+    name += "".join("-" + flag.lstrip("-").replace("=", "-") for flag in config.flags)
     proc = Process(name, args, workdir / f"{name}.log")
     rest = f"http://127.0.0.1:{rest_port}"
     try:

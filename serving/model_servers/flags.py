@@ -139,6 +139,13 @@ class ServerOptions:
         30000, "Timeout for HTTP/REST API calls. (Bounds each Session run; <= 0: none.)"
     )
     rest_api_enable_cors_support: bool = _flag(False, "Enable CORS headers in response")
+    rest_api_num_json_processes: int = _flag(
+        1,
+        "(ours) Worker processes, at the lowest CPU priority, that parse and decode HTTP/REST "
+        "request bodies of 64 KiB and more and encode answers of 4,096 output elements and "
+        "more, so that one client's large requests do not slow the others; while all are busy "
+        "64 more such requests may wait, then 503. 0: on the request threads instead.",
+    )
     rest_api_max_body_bytes: int = _flag(
         DEFAULT_MAX_BODY_BYTES,
         "(ours) Largest HTTP/REST request body, in bytes; a larger one is answered 413 "
@@ -352,6 +359,8 @@ def parse_flags(argv: Sequence[str]) -> ServerOptions:
         raise FlagError("--rest_api_max_header_bytes must be at least 1024")
     if options.rest_api_num_threads < 0:
         raise FlagError("--rest_api_num_threads must be >= 0")
+    if options.rest_api_num_json_processes < 0:
+        raise FlagError("--rest_api_num_json_processes must be >= 0")
     for name in (
         "tensorflow_session_parallelism",
         "tensorflow_intra_op_parallelism",

@@ -23,13 +23,25 @@ answers them in one place. Every response is ``application/json``. ``:classify``
 on
 :class:`~serving.servables.tensorflow.inference_runner.InferenceRunner`; like TF Serving, the body is parsed before
 the model is looked up, so a malformed body is a 400 even for an unknown model.
+
+Large bodies (:data:`CODEC_OFFLOAD_BODY_BYTES`, 64 KiB, and more) are parsed and decoded, and
+large answers (:data:`CODEC_OFFLOAD_OUTPUT_ELEMENTS`, 4,096 output elements, and more) encoded, on
+the handler's *codec executor*: the server's low-priority worker processes
+(:class:`~serving.util.process_executor.ProcessExecutor`, ``--rest_api_num_json_processes``), so
+that one client's large bodies hold neither the event loop nor the GIL the others need; or the
+request threads when those are off. Smaller ones are handled here: the hop costs more than they
+do (a 64 KiB body takes ~0.25 ms to parse and decode, as much as a round trip to a worker). A
+large predict body is decoded in one pass (:func:`~serving.util.json_tensor.decode_predict_body`)
+for the input dtypes of every signature of the servable the path names, looked up before the
+body is sent; its errors are still reported in TF Serving's order (parse, lookup, signature,
+decode), and a body decoded for a version that was swapped meanwhile is decoded again here.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from typing import Any, NamedTuple
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple, Protocol, TypeVar
 from urllib.parse import unquote
 
 import numpy as np
@@ -45,10 +57,19 @@ from serving.servables.tensorflow.inference_runner import InferenceService
 from serving.servables.tensorflow.predict_impl import PredictService
 from serving.util import json_example, json_tensor
 from serving.util.errors import Code, ServingError
-from serving.util.executor import BlockingExecutor
 from serving.util.request_limits import RequestLimits
 
-__all__ = ["CORS_HEADERS", "HttpRestApiHandler", "error_json", "json_response"]
+__all__ = [
+    "CODEC_OFFLOAD_BODY_BYTES",
+    "CODEC_OFFLOAD_OUTPUT_ELEMENTS",
+    "CORS_HEADERS",
+    "CodecExecutor",
+    "HttpRestApiHandler",
+    "error_json",
+    "json_response",
+]
+
+_T = TypeVar("_T")
 
 # kHTTPRestApiHandlerPathRegex, kPredictionApiGegex, kModelStatusApiRegex (RE2 FullMatch).
 _REST_API_PATH = re.compile(r"/v1/.*", re.IGNORECASE | re.DOTALL)
@@ -61,7 +82,10 @@ _MODEL_STATUS_API = re.compile(
     re.IGNORECASE,
 )
 _INT64_MAX = 2**63 - 1
-_PARSE_INLINE_BYTES = 64 * 1024
+#: Bodies this large are parsed and decoded on the codec executor (see the module doc).
+CODEC_OFFLOAD_BODY_BYTES = 64 * 1024
+#: Answers with this many output elements are encoded on it (~20-45 ns each: 0.3-0.7 ms).
+CODEC_OFFLOAD_OUTPUT_ELEMENTS = 4 * 1024
 _JSON = "application/json"
 CORS_HEADERS: Mapping[str, str] = {
     "Access-Control-Allow-Origin": "*",
@@ -84,6 +108,16 @@ def error_json(message: str) -> bytes:
         return orjson.dumps({"error": message.encode("utf-8", "replace").decode("utf-8")})
 
 
+class CodecExecutor(Protocol):
+    """Where large bodies are decoded and large answers encoded: a
+    :class:`~serving.util.process_executor.ProcessExecutor` or a
+    :class:`~serving.util.executor.BlockingExecutor`."""
+
+    async def run(self, fn: Callable[..., _T], /, *args: Any) -> _T:
+        """``fn(*args)`` off the event loop; raises what it raises."""
+        ...
+
+
 class HttpRestApiHandler:
     """``HttpRestApiHandler::ProcessRequest``: path -> core call -> JSON."""
 
@@ -95,12 +129,13 @@ class HttpRestApiHandler:
         timeout_ms: int | None,
         enable_cors: bool,
         limits: RequestLimits | None = None,
-        executor: BlockingExecutor | None = None,
+        codec_executor: CodecExecutor | None = None,
     ) -> None:
         """``limits`` bound each request's decoded elements (``--max_request_elements``); its
         body's size and time are held where it is read (:mod:`serving.model_servers.http_limits`).
-        ``executor`` parses large bodies off the event loop (none: all on it)."""
-        self._executor = executor
+        ``codec_executor`` decodes large bodies and encodes large answers (none: all on the
+        event loop)."""
+        self._codec = codec_executor
         self._limits = limits if limits is not None else RequestLimits()
         self._predictor = predictor
         self._inference = inference
@@ -148,21 +183,53 @@ class HttpRestApiHandler:
         The JSON is parsed before the servable is looked up (a malformed body is a 400 even for
         an unknown model); GetInfoMap, decoding and the prediction share one lookup.
         """
-        doc = await self._parse(body)
-        signature = json_tensor.signature_name(doc)
-        spec = model.spec(signature)
+        doc: dict[str, Any] | None = None
+        decoded: json_tensor.PredictBody | None = None
+        if self._codec is None or len(body) < CODEC_OFFLOAD_BODY_BYTES:
+            doc = json_tensor.parse_json(body)
+            signature = json_tensor.signature_name(doc)
+        else:
+            decoded = await self._codec.run(
+                json_tensor.decode_predict_body, body, self._input_dtypes_by_signature(model)
+            )
+            signature = decoded.signature_name
 
         def decode(
             input_dtypes: dict[str, str],
         ) -> tuple[json_tensor.JsonFormat, dict[str, np.ndarray]]:
-            fmt, inputs = json_tensor.decode_predict_inputs(doc, input_dtypes, signature)
+            if decoded is not None and decoded.input_dtypes == input_dtypes:
+                fmt, inputs = decoded.tensors()
+            else:  # a small body; or a large one whose version was swapped since (rare)
+                parsed = doc if doc is not None else json_tensor.parse_json(body)
+                fmt, inputs = json_tensor.decode_predict_inputs(parsed, input_dtypes, signature)
             self._limits.check_elements(sum(array.size for array in inputs.values()))
             return fmt, inputs
 
         fmt, response = await self._predictor.decode_and_predict(
-            spec, decode, timeout_ms=self._timeout_ms
+            model.spec(signature), decode, timeout_ms=self._timeout_ms
         )
-        return self._ok(json_tensor.encode_predict_outputs(response.outputs, fmt))
+        return self._ok(await self._encode_predict_outputs(dict(response.outputs), fmt))
+
+    def _input_dtypes_by_signature(self, model: _ModelInfo) -> dict[str, dict[str, str]]:
+        """``GetInfoMap`` of each signature of the servable ``model`` names now, so that a
+        worker decodes a large body in one pass; ``{}`` when there is none (the lookup's error
+        is reported after the body's, when the request is predicted)."""
+        try:
+            with self._manager.acquire(model.spec()) as handle:
+                servable = handle.servable
+                return {name: servable.input_dtypes(name) for name in servable.signature_defs}
+        except ServingError:
+            return {}
+
+    async def _encode_predict_outputs(
+        self, outputs: dict[str, np.ndarray], fmt: json_tensor.JsonFormat
+    ) -> bytes:
+        """``MakeJsonFromTensors``, on the codec executor for a large answer."""
+        if self._codec is None or (
+            sum(array.size for array in outputs.values()) < CODEC_OFFLOAD_OUTPUT_ELEMENTS
+        ):
+            return json_tensor.encode_predict_outputs(outputs, fmt)
+        return await self._codec.run(json_tensor.encode_predict_outputs, outputs, fmt)
 
     async def _classify(self, model: _ModelInfo, body: bytes) -> Response:
         """``ProcessClassifyRequest``: JSON -> tf.Examples, classify, JSON."""
@@ -178,18 +245,12 @@ class HttpRestApiHandler:
         )
         return self._ok(json_example.encode_regression_result(response.values))
 
-    async def _parse(self, body: bytes) -> dict[str, Any]:
-        """``ParseJson``; a large body is parsed on the request threads, so that a body only the
-        slow parsers take (deep nesting: pure Python, linear but ~1 s per MB) shares the GIL
-        with the event loop instead of stopping it. Small ones parse here: the hop would cost
-        more than the parse."""
-        if self._executor is None or len(body) < _PARSE_INLINE_BYTES:
-            return json_tensor.parse_json(body)
-        return await self._executor.run(json_tensor.parse_json, body)
-
     async def _example_request(self, model: _ModelInfo, body: bytes) -> ExampleRequest:
         """``FillClassificationRequestFromJson`` / ``FillRegressionRequestFromJson``."""
-        signature, examples = json_example.decode_example_document(await self._parse(body))
+        if self._codec is None or len(body) < CODEC_OFFLOAD_BODY_BYTES:
+            signature, examples = json_example.decode_example_request(body)
+        else:
+            signature, examples = await self._codec.run(json_example.decode_example_request, body)
         self._limits.check_elements(len(examples), "tf.Examples")
         return ExampleRequest(model.spec(signature), examples)
 

@@ -34,6 +34,7 @@ from serving.core.manager import ServableManager
 from serving.model_servers.http_limits import HeadLimitedProtocol, LimitCallback, RequestLimitsMiddleware
 from serving.model_servers.http_rest_api_handler import (
     CORS_HEADERS,
+    CodecExecutor,
     HttpRestApiHandler,
     error_json,
     json_response,
@@ -42,13 +43,18 @@ from serving.servables.tensorflow.inference_runner import InferenceService
 from serving.servables.tensorflow.predict_impl import PredictService
 from serving.util import metrics
 from serving.util.errors import Code, LimitExceeded, ServingError, from_exception
-from serving.util.executor import BlockingExecutor
+from serving.util.process_executor import ProcessExecutor
 from serving.util.request_limits import RequestLimits
 
-__all__ = ["RestServer", "bind", "create_app"]
+__all__ = ["JSON_QUEUE", "RestServer", "bind", "create_app", "json_processes"]
 
 _log = logging.getLogger(__name__)
 _ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"]
+#: Large bodies that may wait for a JSON worker process; one more is answered 503. At most
+#: 64 MiB of bodies held at the default 1 MiB body limit.
+JSON_QUEUE = 64
+#: What the JSON worker processes import as they start: the codecs' modules.
+_JSON_MODULES = ("serving.util.json_tensor", "serving.util.json_example")
 
 
 def create_app(
@@ -61,7 +67,7 @@ def create_app(
     prometheus: tuple[str, Callable[[], bytes]] | None = None,
     limits: RequestLimits | None = None,
     on_limit: LimitCallback | None = None,
-    executor: BlockingExecutor | None = None,
+    codec_executor: CodecExecutor | None = None,
 ) -> ASGIApp:
     """The REST API over ``predictor`` (predict), ``inference`` (classify, regress) and
     ``manager`` (status, metadata).
@@ -72,12 +78,13 @@ def create_app(
     (``--monitoring_config_file``; :mod:`serving.util.metrics`), as TF Serving's HTTP server does.
     ``limits`` holds request bodies to their size and time limits (:class:`~serving.model_servers.
     http_limits.RequestLimitsMiddleware`); every request refused for a limit is passed to ``on_limit``.
-    ``executor`` parses large bodies off the event loop.
+    ``codec_executor`` decodes large bodies and encodes large answers off the event loop
+    (:class:`~serving.model_servers.http_rest_api_handler.HttpRestApiHandler`).
     """
     limits = limits if limits is not None else RequestLimits()
     report: LimitCallback = on_limit if on_limit is not None else _ignore
     handler = HttpRestApiHandler(
-        predictor, inference, manager, timeout_ms, enable_cors, limits, executor
+        predictor, inference, manager, timeout_ms, enable_cors, limits, codec_executor
     )
     headers = dict(CORS_HEADERS) if enable_cors else {}
 
@@ -108,6 +115,16 @@ def create_app(
         exception_handlers={ServingError: on_serving_error, Exception: on_unexpected_error},
     )
     return RequestLimitsMiddleware(app, limits, report, headers)
+
+
+def json_processes(count: int) -> ProcessExecutor | None:
+    """The REST codec's worker processes (``--rest_api_num_json_processes``; ``None`` for 0),
+    not started yet: :class:`RestServer` starts and stops them."""
+    if count <= 0:
+        return None
+    return ProcessExecutor(
+        count, max_queued=JSON_QUEUE, name="REST JSON processes", preload=_JSON_MODULES
+    )
 
 
 def _ignore(error: LimitExceeded) -> None:
@@ -152,9 +169,12 @@ class RestServer:
         sock: socket.socket,
         limits: RequestLimits | None = None,
         on_limit: LimitCallback | None = None,
+        json_processes: ProcessExecutor | None = None,
     ) -> None:
         """``limits`` bound each request head (:class:`~serving.model_servers.http_limits.
-        HeadLimitedProtocol`; the app holds the bodies); refusals are passed to ``on_limit``."""
+        HeadLimitedProtocol`; the app holds the bodies); refusals are passed to ``on_limit``.
+        ``json_processes``, the app's codec worker processes, are started and stopped with
+        the server."""
         protocol = functools.partial(
             HeadLimitedProtocol,
             limits=limits if limits is not None else RequestLimits(),
@@ -171,10 +191,13 @@ class RestServer:
         )
         self._server = _QuietSignalsServer(config)
         self._sock = sock
+        self._json_processes = json_processes
         self.task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         """Start serving; returns once the socket accepts connections."""
+        if self._json_processes is not None:
+            await self._json_processes.start()
         self.task = asyncio.ensure_future(self._server.serve(sockets=[self._sock]))
         # uvicorn sets a plain `started` flag, no event to wait on.
         while not self._server.started and not self.task.done():  # noqa: ASYNC110
@@ -191,6 +214,8 @@ class RestServer:
         if self.task is not None:
             with contextlib.suppress(Exception):
                 await self.task
+        if self._json_processes is not None:  # after the requests that use them are answered
+            await self._json_processes.close()
 
     def force(self) -> None:
         """Drop in-flight requests now (a second signal)."""

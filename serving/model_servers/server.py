@@ -45,7 +45,7 @@ from serving.model_servers import flags
 from serving.model_servers.config_reloader import ModelConfigFilePoller
 from serving.model_servers.flags import ServerOptions
 from serving.model_servers.grpc_server import GrpcServer
-from serving.model_servers.http_server import RestServer, bind, create_app
+from serving.model_servers.http_server import RestServer, bind, create_app, json_processes
 from serving.model_servers.model_service_impl import ModelService
 from serving.model_servers.prediction_service_impl import PredictionService
 from serving.model_servers.server_config import batching_options
@@ -193,6 +193,8 @@ def build(options: ServerOptions, config: ModelServerConfig) -> ModelServer:
     if options.rest_api_port:
         if metrics_path is not None:
             _log.info("Exporting Prometheus metrics at %s on the REST port", metrics_path)
+        # Large JSON bodies are decoded in low-priority processes (http_rest_api_handler).
+        json_pool = json_processes(options.rest_api_num_json_processes)
         app = create_app(
             MonitoredPredictor(predictor, metrics, entrypoint="REST"),
             manager,
@@ -202,11 +204,17 @@ def build(options: ServerOptions, config: ModelServerConfig) -> ModelServer:
             prometheus=(metrics_path, metrics.render) if metrics_path is not None else None,
             limits=limits,
             on_limit=functools.partial(_count_limit, metrics, "REST"),
-            executor=request_executor,
+            codec_executor=json_pool if json_pool is not None else request_executor,
         )
         sock = bind(options.rest_api_host, options.rest_api_port)
         front_ends.append(
-            RestServer(app, sock, limits, functools.partial(_count_limit, metrics, "REST"))
+            RestServer(
+                app,
+                sock,
+                limits,
+                functools.partial(_count_limit, metrics, "REST"),
+                json_processes=json_pool,
+            )
         )
     if options.port or options.grpc_socket_path:
         prediction_service = PredictionService(

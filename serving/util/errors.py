@@ -18,6 +18,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from types import MappingProxyType
+from typing import Any
 
 __all__ = ["HTTP_STATUS", "Code", "LimitExceeded", "ServingError", "from_exception"]
 
@@ -92,6 +93,11 @@ class ServingError(Exception):
     def __repr__(self) -> str:
         return f"ServingError({self.code.name}, {self.message!r})"
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled with its code (Exception's default keeps only the message): errors come back
+        # from the codec's worker processes (serving.util.process_executor) as they were raised.
+        return (type(self), (self.code, self.message))
+
 
 class LimitExceeded(ServingError):
     """A request over one of the server's limits (``--rest_api_max_body_bytes``,
@@ -115,6 +121,14 @@ class LimitExceeded(ServingError):
     def http_status(self) -> int:
         """The REST status for this limit (413, 431, 408)."""
         return self._http_status
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_limit_exceeded, (self.code, self.message, self.reason, self._http_status))
+
+
+def _limit_exceeded(code: Code, message: str, reason: str, http_status: int) -> LimitExceeded:
+    """Unpickles a :class:`LimitExceeded` (its keyword-only arguments)."""
+    return LimitExceeded(code, message, reason=reason, http_status=http_status)
 
 
 def from_exception(exc: BaseException) -> ServingError:

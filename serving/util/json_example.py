@@ -79,7 +79,6 @@ from serving.util.json_tensor import (
 )
 
 __all__ = [
-    "decode_example_document",
     "decode_example_request",
     "encode_classification_result",
     "encode_regression_result",
@@ -104,12 +103,7 @@ def decode_example_request(body: bytes) -> tuple[str, np.ndarray]:
     got JSON Array``, ``Feature: x has element with unexpected JSON type: Null``, ``Unexpected
     element type in feature: x expecting type: float``.
     """
-    return decode_example_document(parse_json(body))
-
-
-def decode_example_document(doc: dict[str, Any]) -> tuple[str, np.ndarray]:
-    """:func:`decode_example_request` of a body already parsed (:func:`~serving.util.json_tensor.
-    parse_json`)."""
+    doc = parse_json(body)
     signature = signature_name(doc)
     context: bytes | None = None
     if _CONTEXT_KEY in doc:

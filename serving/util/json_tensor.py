@@ -66,12 +66,14 @@ from typing import Any
 import numpy as np
 import orjson
 
-from serving.apis import MAX_RANK
+from serving.apis import DEFAULT_SIGNATURE, MAX_RANK
 from serving.util import rapidjson
 from serving.util.errors import Code, ServingError
 
 __all__ = [
     "JsonFormat",
+    "PredictBody",
+    "decode_predict_body",
     "decode_predict_inputs",
     "encode_predict_outputs",
     "parse_json",
@@ -210,6 +212,54 @@ def decode_predict_inputs(
     if "inputs" in doc:
         return JsonFormat.COLUMNAR, _decode_inputs(doc["inputs"], input_dtypes)
     raise _invalid("Missing 'inputs' or 'instances' key")
+
+
+@dataclass(frozen=True)
+class PredictBody:
+    """A predict body parsed and, when its signature's input dtypes were known, decoded
+    (:func:`decode_predict_body`)."""
+
+    signature_name: str
+    """The body's ``"signature_name"``; ``""`` when absent (``serving_default``)."""
+    input_dtypes: Mapping[str, str] | None
+    """The ``{alias: dtype name}`` the tensors were decoded for; ``None``: not decoded."""
+    format: JsonFormat | None = None
+    inputs: dict[str, np.ndarray] | None = None
+    error: ServingError | None = None
+    """What decoding raised, kept to be raised by :meth:`tensors` (after the servable lookup)."""
+
+    def tensors(self) -> tuple[JsonFormat, dict[str, np.ndarray]]:
+        """``(format, inputs)`` as :func:`decode_predict_inputs` returns them, or its error."""
+        if self.error is not None:
+            raise self.error
+        if self.format is None or self.inputs is None:
+            raise ValueError("the body was not decoded (no input dtypes for its signature)")
+        return self.format, self.inputs
+
+
+def decode_predict_body(
+    body: bytes, input_dtypes_by_signature: Mapping[str, Mapping[str, str]]
+) -> PredictBody:
+    """``FillPredictRequestFromJson`` in one call: parse ``body``, read its signature name and
+    decode its tensors for that signature's inputs, if ``input_dtypes_by_signature`` (signature
+    name -> ``{alias: dtype name}``, the servable's ``GetInfoMap`` for each signature) has it.
+
+    For the REST front end's worker processes (:mod:`serving.util.process_executor`), which get
+    bytes and must send back arrays, not the parsed document. Raises what :func:`parse_json` and
+    :func:`signature_name` raise -- errors TF Serving reports before it looks the servable up;
+    decoding's own errors are kept in :attr:`PredictBody.error`, since TF Serving reports a
+    missing servable before them.
+    """
+    doc = parse_json(body)
+    signature = signature_name(doc)
+    input_dtypes = input_dtypes_by_signature.get(signature or DEFAULT_SIGNATURE)
+    if input_dtypes is None:
+        return PredictBody(signature, None)
+    try:
+        fmt, inputs = decode_predict_inputs(doc, input_dtypes, signature)
+    except ServingError as exc:
+        return PredictBody(signature, input_dtypes, error=exc)
+    return PredictBody(signature, input_dtypes, fmt, inputs)
 
 
 def _is_b64_object(val: Any) -> bool:

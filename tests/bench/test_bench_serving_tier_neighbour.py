@@ -24,6 +24,8 @@ def test_neighbour_lines_say_held_or_not() -> None:
     run = NeighbourRun(500.0, 5.0, 12_000_000, 140_000, 500.0, 2.0, 8.0, 400.0, 30.0, 310.0)
     run.neighbour_answers = {"200": 14}
     run.ratio, run.held = 310.0 / 8.0, False
+    run.server = "2 cores, batching off, --rest_api_num_json_processes=1"
     text = "\n".join(neighbour_lines(run))
     assert "serving under a hostile neighbour" in text
+    assert "server: 2 cores, batching off, --rest_api_num_json_processes=1" in text
     assert "38.8x (goal <= 2x) -- NOT held" in text and "200: 14" in text

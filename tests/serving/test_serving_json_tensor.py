@@ -626,3 +626,38 @@ def test_numbers_beyond_double_are_a_parse_error(body: bytes, offset: int) -> No
     assert parse_error(body) == (
         f"JSON Parse error: Number too big to be stored in double. at offset: {offset}"
     )
+
+
+# ---- decode_predict_body: parse and decode in one call (the REST worker processes' job) ------------
+
+
+def test_decode_predict_body_decodes_for_the_signature_the_body_names() -> None:
+    dtypes = {"serving_default": X_FLOAT, "pair": AB}
+    default = json_tensor.decode_predict_body(b'{"instances": [1.0, 2.0]}', dtypes)
+    assert (default.signature_name, default.input_dtypes) == ("", X_FLOAT)
+    fmt, inputs = default.tensors()
+    assert fmt is JsonFormat.ROW
+    np.testing.assert_array_equal(inputs["x"], np.array([1.0, 2.0], np.float32))
+    pair = json_tensor.decode_predict_body(b'{"signature_name": "pair", "inputs": {"a": 1, "b": [2]}}', dtypes)
+    assert (pair.signature_name, pair.input_dtypes, pair.tensors()[0]) == ("pair", AB, JsonFormat.COLUMNAR)
+
+
+def test_decode_predict_body_leaves_an_unknown_signature_undecoded() -> None:
+    request = b'{"signature_name": "nope", "instances": [1]}'
+    body = json_tensor.decode_predict_body(request, {"serving_default": X_FLOAT})
+    assert (body.signature_name, body.input_dtypes) == ("nope", None)
+    with pytest.raises(ValueError, match="not decoded"):
+        body.tensors()
+    assert json_tensor.decode_predict_body(b'{"instances": [1]}', {}).input_dtypes is None
+
+
+def test_decode_predict_body_raises_parse_errors_and_keeps_decode_errors() -> None:
+    with pytest.raises(ServingError, match="^JSON Parse error: Invalid value. at offset: 14$"):
+        json_tensor.decode_predict_body(b'{"instances": ,}', {"serving_default": X_FLOAT})
+    with pytest.raises(ServingError, match="'signature_name' key must be a string value"):
+        json_tensor.decode_predict_body(b'{"signature_name": 1, "instances": [1]}', {})
+    kept = json_tensor.decode_predict_body(b'{"instances": ["a"]}', {"serving_default": X_FLOAT})
+    assert kept.error is not None and kept.error.message == message({"instances": ["a"]})
+    with pytest.raises(ServingError) as info:
+        kept.tensors()
+    assert info.value is kept.error

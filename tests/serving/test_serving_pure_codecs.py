@@ -13,7 +13,8 @@ import sys
 
 from tests.support import REPO
 
-PURE_CODECS = ("serving.apis", "serving.util.json_tensor", "serving.util.json_example")
+#: The codecs, and the module their REST worker processes run (it stays small beside them).
+PURE_CODECS = ("serving.apis", "serving.util.json_tensor", "serving.util.json_example", "serving.util.process_executor")
 FORBIDDEN = ("tensorflow", "tensorflow_serving", "keras", "starlette", "uvicorn", "grpc", "fastapi")
 
 

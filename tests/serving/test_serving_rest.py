@@ -17,6 +17,11 @@ from starlette.types import ASGIApp
 from serving.apis import ModelSpec, PredictRequest
 from serving.config.model_server_config import ModelServerConfig
 from serving.core.manager import ServableManager
+from serving.model_servers.http_rest_api_handler import (
+    CODEC_OFFLOAD_BODY_BYTES,
+    CODEC_OFFLOAD_OUTPUT_ELEMENTS,
+    HttpRestApiHandler,
+)
 from serving.model_servers.http_server import create_app
 from serving.servables.tensorflow.inference_runner import InferenceRunner
 from serving.servables.tensorflow.predict_impl import Predictor
@@ -340,3 +345,79 @@ def test_servable_input_checks(manager: ServableManager) -> None:
             "", {"a": np.ones(2, np.float32), "b": np.ones(2, np.float32)}, ["sum"]
         )
         assert name == "serving_default" and list(outputs) == ["sum"]
+
+
+# ---- large bodies: decoded, and large answers encoded, on the codec executor ------------------
+
+#: Whitespace after the document (never read, as in rapidjson) makes any body a large one.
+LARGE_PADDING = b" " * CODEC_OFFLOAD_BODY_BYTES
+
+
+def offloading_app(manager: ServableManager, executor: BlockingExecutor) -> ASGIApp:
+    """The app with a codec executor (the request threads here; the server's worker processes
+    are tested in tests/serving/test_serving_json_processes.py)."""
+    inference = InferenceRunner(manager, executor)
+    return create_app(
+        Predictor(manager, executor), manager, inference=inference, timeout_ms=30000, codec_executor=executor
+    )
+
+
+@pytest.fixture(scope="module")
+def offloading_client(manager: ServableManager, executor: BlockingExecutor) -> AppClient:
+    return AppClient(offloading_app(manager, executor))
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/models/half_plus_two:predict", b'{"instances": [1.0, 2.0]}'),
+        ("/v1/models/half_plus_two:predict", b'{"inputs": {"x": [1.0, 2.0], "extra": [1]}}'),
+        ("/v1/models/two_inputs:predict", b'{"instances": [{"a": 1.0, "b": 2.0}]}'),
+        ("/v1/models/strings:predict", b'{"instances": ["a", {"b64": "Yg=="}]}'),
+        # The errors, in TF Serving's order: parse, lookup, signature, decode.
+        ("/v1/models/nope:predict", b'{"instances": [1.0,,]}'),
+        ("/v1/models/nope:predict", b'{"instances": ["a"]}'),
+        ("/v1/models/half_plus_two:predict", b'{"signature_name": "nope", "instances": ["a"]}'),
+        ("/v1/models/half_plus_two:predict", b'{"signature_name": 3, "instances": [1.0]}'),
+        ("/v1/models/half_plus_two:predict", b'{"instances": ["a"]}'),
+        ("/v1/models/half_plus_two:predict", b'{"instances": [[1.0], 2.0]}'),
+        ("/v1/models/half_plus_two:predict", b'{"nothing": 1}'),
+        ("/v1/models/half_plus_two/versions/9:predict", b'{"instances": [1.0]}'),
+        ("/v1/models/two_inputs:predict", b'{"inputs": {"a": [1.0]}}'),
+        ("/v1/models/half_plus_two:predict", b'{"instances": ' + b"[" * 1000 + b"1" + b"]" * 1000 + b"}"),
+        ("/v1/models/half_plus_two:predict", b'{"instances": [1.0], "x": ' + b"[" * 1000 + b"]" * 1000 + b"}"),
+        ("/v1/models/half_plus_two:predict", b'{"instances": ["\xff\xfe"]}'),
+        ("/v1/models/half_plus_two:predict", b'{"signature_name": "\xff", "instances": [1.0]}'),
+        ("/v1/models/half_plus_two:predict", b'{"instances": [\xff]}'),
+        ("/v1/models/half_plus_two:regress", b'{"examples": [{"x": 1.0}]}'),
+        ("/v1/models/nope:classify", b'{"examples": [{"x": 1.0}]}'),
+        ("/v1/models/nope:classify", b'{"examples": [{"x": [[1]]}]}'),
+    ],
+)
+def test_a_large_body_is_answered_as_a_small_one(
+    client: AppClient, offloading_client: AppClient, path: str, body: bytes
+) -> None:
+    small = client.post(path, content=body)
+    large = offloading_client.post(path, content=body + LARGE_PADDING)
+    assert (large.status_code, large.json()) == (small.status_code, small.json())
+
+
+def test_a_large_answer_is_encoded_as_a_small_one(client: AppClient, offloading_client: AppClient) -> None:
+    values = [float(i) for i in range(CODEC_OFFLOAD_OUTPUT_ELEMENTS)]
+    for body in ({"instances": values}, {"inputs": values}):
+        small = client.post("/v1/models/half_plus_two:predict", json=body)
+        large = offloading_client.post("/v1/models/half_plus_two:predict", json=body)
+        assert small.status_code == large.status_code == 200
+        assert small.content == large.content
+
+
+def test_a_large_body_decoded_for_a_swapped_version_is_decoded_again(
+    manager: ServableManager, executor: BlockingExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The servable's dtypes were read before the body was sent; if the version serving the request
+    # then has others (a version swap in between), the body is decoded again for those.
+    stale = {"serving_default": {"x": "DT_STRING"}}
+    monkeypatch.setattr(HttpRestApiHandler, "_input_dtypes_by_signature", lambda self, model: stale)
+    body = b'{"instances": [1.0, 2.0]}' + LARGE_PADDING
+    response = AppClient(offloading_app(manager, executor)).post("/v1/models/half_plus_two:predict", content=body)
+    assert (response.status_code, response.json()) == (200, {"predictions": [2.5, 3.0]})

@@ -69,6 +69,30 @@ def test_typed_fields_are_the_default_output_form() -> None:
     assert proto.tensor_content == b""
 
 
+@pytest.mark.parametrize(
+    "array",
+    [
+        np.array([[0.0, -0.0], [np.nan, np.inf], [-np.inf, 1e-45]], np.float32),
+        np.array([1e308, -5e-324, np.nan], np.float64),
+        np.array([[True, False, True]]),
+        np.zeros((0, 3), np.float32),
+        np.asfortranarray(np.arange(6, dtype=np.float32).reshape(2, 3)),
+    ],
+)
+def test_typed_float_double_and_bool_fields_are_written_as_protobuf_writes_them(array: np.ndarray) -> None:
+    # They are merged from their packed wire form in one parse: the same message as extending the
+    # field value by value, field by field.
+    proto = TensorProto()
+    from_ndarray(array, proto)
+    expected = TensorProto(dtype=proto.dtype)
+    for size in array.shape:
+        expected.tensor_shape.dim.add(size=size)
+    field = {np.float32: "float_val", np.float64: "double_val", np.bool_: "bool_val"}[array.dtype.type]
+    getattr(expected, field).extend(array.ravel().tolist())
+    assert proto.SerializeToString() == expected.SerializeToString()
+    assert len(getattr(proto, field)) == array.size
+
+
 def test_bfloat16_both_ways() -> None:
     array = np.array([1.0, -2.5, 0.125], dtype=ml_dtypes.bfloat16)
     for as_content in (False, True):
