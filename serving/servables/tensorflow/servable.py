@@ -126,12 +126,18 @@ class Servable:
         TensorFlow choose); with ``inter_op_threads=1`` every run executes on its calling thread
         (``RunOptions.inter_op_thread_pool = -1``). Raises :class:`ServingError`: ``NOT_FOUND``
         ``Could not find SavedModel .pb or .pbtxt at supplied export directory path: <path>`` or for a missing tag-set;
-        TensorFlow's own code and message for anything else.
+        ``DATA_LOSS`` ``Can't parse <path>/saved_model.pb as binary proto`` for a SavedModel file
+        that does not parse; TensorFlow's own code and message for anything else.
         """
-        if not any(
-            os.path.exists(os.path.join(path, name))
-            for name in ("saved_model.pb", "saved_model.pbtxt")
-        ):
+        saved_model_file = next(
+            (
+                os.path.join(path, name)
+                for name in ("saved_model.pb", "saved_model.pbtxt")
+                if os.path.exists(os.path.join(path, name))
+            ),
+            None,
+        )
+        if saved_model_file is None:
             raise ServingError(
                 Code.NOT_FOUND,
                 "Could not find SavedModel .pb or .pbtxt at supplied export directory path: "
@@ -157,6 +163,14 @@ class Servable:
             session.close()
             if isinstance(exc, RuntimeError) and "tags" in str(exc):
                 raise ServingError(Code.NOT_FOUND, str(exc)) from exc
+            if isinstance(exc, OSError):
+                # TensorFlow's Python loader names the file as bytes ("Cannot parse file
+                # b'/m/1/saved_model.pb': ..."); TF Serving's C++ reader answers ReadBinaryProto's
+                # / ReadTextProto's DATA_LOSS.
+                kind = "text" if saved_model_file.endswith(".pbtxt") else "binary"
+                raise ServingError(
+                    Code.DATA_LOSS, f"Can't parse {saved_model_file} as {kind} proto"
+                ) from exc
             raise from_exception(exc) from exc
         _log.info(
             "Loaded SavedModel %s (tags %s) in %.0f ms; signatures: %s",
