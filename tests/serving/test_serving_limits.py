@@ -8,6 +8,8 @@ connection keeps getting its predictions the whole time.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import socket
 import threading
 import time
@@ -19,8 +21,13 @@ import numpy as np
 import orjson
 import pytest
 import tensorflow as tf
+from starlette.types import ASGIApp, Receive, Scope, Send
 from tensorflow_serving.apis import predict_pb2
 
+from serving.model_servers.http_limits import LimitCallback
+from serving.model_servers.http_server import RestServer, bind
+from serving.util.errors import LimitExceeded
+from serving.util.request_limits import MAX_URI_BYTES, RequestLimits
 from tests.serving.example_server import FRAUD_ROW, ExampleServer, running_example_server
 
 MAX_BODY = 64 * 1024
@@ -188,6 +195,68 @@ def test_limits_answered_counted_and_others_served(server: ExampleServer) -> Non
         ("REST", "elements"): 1,
         ("GRPC", "elements"): 1,
     }
+
+
+def test_a_head_over_the_limit_is_431_json_however_it_arrives(server: ExampleServer) -> None:
+    # A request line just over the limit, in one read: refused by its size, in TF Serving's
+    # error body -- not uvicorn's plain-text 400, which a URL over 65,535 bytes used to get
+    # (httptools cannot split it).
+    expected = (431, f"Request header fields exceed the limit of {MAX_HEAD} bytes (--rest_api_max_header_bytes)")
+    for url_bytes in (MAX_HEAD, 70_000):
+        url = PREDICT.encode() + b"?" + b"a" * (url_bytes - len(PREDICT) - 1)
+        head = b"POST " + url + b" HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
+        assert _status_and_error(_raw_exchange(server.rest_port, head)[0]) == expected
+    # Headers just over the limit, in one read, after a request served on the same connection.
+    small = b"GET /v1/models/fraud HTTP/1.1\r\nHost: x\r\n\r\n"
+    big = b"POST " + PREDICT.encode() + b" HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nX-Big: "
+    big += b"a" * MAX_HEAD + b"\r\n\r\n{}"
+    with socket.create_connection(("127.0.0.1", server.rest_port), timeout=30) as sock:
+        sock.sendall(small)
+        first = b""
+        while not _complete(first):
+            first += sock.recv(65536)
+        assert first.startswith(b"HTTP/1.1 200 "), first
+        sock.sendall(big)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    assert _status_and_error(answer) == expected
+
+
+def test_a_url_the_parser_cannot_split_is_414_json() -> None:
+    # Only a head limit above 65,535 bytes lets such a URL through to the parser.
+    limits = RequestLimits(max_header_bytes=256 * 1024)
+    refused: list[LimitExceeded] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    with _rest_server(app, limits, refused.append) as port:
+        url = b"/" + b"a" * (MAX_URI_BYTES - 1)
+        assert _raw_exchange(port, b"GET " + url + b" HTTP/1.1\r\nHost: x\r\n\r\n")[0].startswith(b"HTTP/1.1 200 ")
+        answer, _ = _raw_exchange(port, b"GET " + url + b"a HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert _status_and_error(answer) == (414, f"Request URI exceeds the limit of {MAX_URI_BYTES} bytes")
+    assert [error.reason for error in refused] == ["header_bytes"]
+
+
+@contextlib.contextmanager
+def _rest_server(app: ASGIApp, limits: RequestLimits, on_limit: LimitCallback) -> Iterator[int]:
+    """:class:`RestServer` (uvicorn with the head-limited protocol) serving ``app`` on a free
+    loopback port, on its own event loop thread; yields the port."""
+    sock = bind("127.0.0.1", 0)
+    server = RestServer(app, sock, limits, on_limit)
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        asyncio.run_coroutine_threadsafe(server.start(), loop).result(timeout=30)
+        yield sock.getsockname()[1]
+    finally:
+        asyncio.run_coroutine_threadsafe(server.stop(), loop).result(timeout=30)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=30)
+        loop.close()
 
 
 def _predict_bytes(tensors: list[tuple[bytes, bytes]]) -> bytes:
