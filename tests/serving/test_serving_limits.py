@@ -29,6 +29,7 @@ from serving.model_servers.http_server import RestServer, bind
 from serving.util.errors import LimitExceeded
 from serving.util.request_limits import MAX_URI_BYTES, RequestLimits
 from tests.serving.example_server import FRAUD_ROW, ExampleServer, running_example_server
+from tests.support import wait_until
 
 MAX_BODY = 64 * 1024
 MAX_HEAD = 8 * 1024
@@ -257,6 +258,21 @@ def _rest_server(app: ASGIApp, limits: RequestLimits, on_limit: LimitCallback) -
         loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout=30)
         loop.close()
+
+
+def test_client_gone_mid_body_is_one_quiet_line(server: ExampleServer) -> None:
+    logged = server.proc.log_path.stat().st_size
+    with socket.create_connection(("127.0.0.1", server.rest_port), timeout=30) as sock:
+        sock.sendall(b"POST " + PREDICT.encode() + b" HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
+        time.sleep(0.2)
+    wait_until(
+        lambda: b"disconnected" in server.proc.log_path.read_bytes()[logged:], 10, "the disconnect's log line"
+    )
+    time.sleep(0.3)
+    written = server.proc.log_path.read_bytes()[logged:].decode(errors="replace")
+    assert "Traceback" not in written and "ClientDisconnect" not in written, written
+    assert " I serving.model_servers.http_server] POST /v1/models/fraud:predict: the client disconnected" in written
+    assert server.rest.post(PREDICT, json={"instances": [FRAUD_ROW]}).status_code == 200
 
 
 def _predict_bytes(tensors: list[tuple[bytes, bytes]]) -> bytes:
