@@ -198,6 +198,32 @@ def test_limits_answered_counted_and_others_served(server: ExampleServer) -> Non
     }
 
 
+def test_slow_body_is_refused_at_the_flags_timeout(server: ExampleServer) -> None:
+    # A body that keeps coming, a byte every 0.1 s (it would take 20 s): refused once the flag's
+    # 1 s has passed since the head, not after a fixed 30 s, while the neighbour is served.
+    port = server.rest_port
+    with WellBehavedClient(f"http://127.0.0.1:{port}") as neighbour:
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+            sock.sendall(b"POST " + PREDICT.encode() + b" HTTP/1.1\r\nHost: x\r\nContent-Length: 200\r\n\r\n")
+            started = time.monotonic()
+            sock.setblocking(False)
+            answer = b""
+            while not _complete(answer) and time.monotonic() - started < 10:
+                with contextlib.suppress(OSError):  # a full buffer, or the server done reading
+                    sock.send(b" ")
+                time.sleep(0.1)
+                with contextlib.suppress(BlockingIOError):
+                    answer += sock.recv(65536)
+            seconds = time.monotonic() - started
+        assert _status_and_error(answer) == (
+            408,
+            "Request body not received within 1000 ms (--rest_api_body_read_timeout_in_ms)",
+        )
+        assert READ_TIMEOUT_S * 0.9 <= seconds < READ_TIMEOUT_S + 3.0
+    assert neighbour.failures == []
+    assert server.rest.post(PREDICT, json={"instances": [FRAUD_ROW]}).status_code == 200
+
+
 def test_a_head_over_the_limit_is_431_json_however_it_arrives(server: ExampleServer) -> None:
     # A request line just over the limit, in one read: refused by its size, in TF Serving's
     # error body -- not uvicorn's plain-text 400, which a URL over 65,535 bytes used to get
@@ -400,3 +426,8 @@ def test_flags_refuse_negative_limits() -> None:
         flags.parse_flags(["--model_base_path=/m", "--max_request_elements=0"])
     )
     assert limits.max_elements is None
+    # 0 turns the read timeout off (no timer on heads or bodies); any other value is used as is.
+    parsed = flags.parse_flags(["--model_base_path=/m", "--rest_api_body_read_timeout_in_ms=0"])
+    assert flags.request_limits(parsed).read_timeout_s is None
+    parsed = flags.parse_flags(["--model_base_path=/m", "--rest_api_body_read_timeout_in_ms", "250"])
+    assert flags.request_limits(parsed).read_timeout_s == 0.25
