@@ -21,6 +21,7 @@ import numpy as np
 import orjson
 import pytest
 import tensorflow as tf
+from google.protobuf import wrappers_pb2
 from starlette.types import ASGIApp, Receive, Scope, Send
 from tensorflow_serving.apis import predict_pb2
 
@@ -303,24 +304,20 @@ def test_client_gone_mid_body_is_one_quiet_line(server: ExampleServer) -> None:
 
 def _predict_bytes(tensors: list[tuple[bytes, bytes]]) -> bytes:
     """A serialized ``PredictRequest`` for model ``fraud`` with ``(alias, serialized TensorProto)``
-    inputs, written directly in the wire format (the protobuf library would take seconds and
+    inputs, framed directly in the wire format (the protobuf library would take seconds and
     hundreds of MB to build the hostile ones)."""
     head = predict_pb2.PredictRequest()
     head.model_spec.name = "fraud"
     parts = [head.SerializeToString()]
     for alias, tensor in tensors:
-        entry = b"\x0a" + _varint(len(alias)) + alias + b"\x12" + _varint(len(tensor)) + tensor
-        parts.append(b"\x12" + _varint(len(entry)) + entry)  # PredictRequest.inputs, field 2
+        parts.append(_field(2, _field(1, alias) + _field(2, tensor)))  # inputs: map entry {key, value}
     return b"".join(parts)
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+def _field(number: int, payload: bytes) -> bytes:
+    """Length-delimited field ``number`` (< 16) holding ``payload``; protobuf writes the length."""
+    framed = wrappers_pb2.BytesValue(value=payload).SerializeToString()  # b"\x0a" + length + payload
+    return bytes([number << 3 | 2]) + framed[1:]
 
 
 def _raw_predict(server: ExampleServer, data: bytes) -> grpc.RpcError:
