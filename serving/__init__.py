@@ -73,6 +73,7 @@ module                                                     follows (``tensorflow
                                                            processes (``--rest_api_num_json_processes``)
 ``util.periodic_function``                                 TensorFlow's ``PeriodicFunction`` (the polls)
 ``util.lean_import``                                       keeps TensorFlow's optional packages out
+``util.malloc_trim``                                       glibc's ``malloc_trim`` after large requests
 ``protos``                                                 generated code of the protos the wheels lack
 =========================================================  ====================================================
 

@@ -6,6 +6,7 @@ are the fast part that runs with every `make test`."""
 from __future__ import annotations
 
 import re
+import tomllib
 
 import yaml
 
@@ -25,6 +26,10 @@ def test_services_and_images() -> None:
     assert services["serving-image"]["profiles"] == ["build"]
     assert services["serving-image"]["build"]["dockerfile"] == "Dockerfile.serving"
     assert services["api"]["build"]["dockerfile"] == "Dockerfile"
+    # Built images carry the project's version, the tag deploy/k8s runs (tests/test_k8s.py).
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert services["api"]["image"] == f"tfserve-split/api:{version}"
+    assert services["serving-image"]["image"] == f"tfserve-split/serving:{version}"
 
 
 def test_pinned_tf_serving_is_not_older_than_the_checked_exports() -> None:

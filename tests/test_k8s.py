@@ -7,6 +7,7 @@ import math
 import re
 import shutil
 import subprocess
+import tomllib
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
@@ -209,3 +210,13 @@ def test_config_copies_equal_the_repository_files() -> None:
     # kustomize reads no file outside deploy/k8s, so these are copies; they must not drift.
     assert (K8S / "models.config").read_text() == (REPO / "models.config").read_text()
     assert (K8S / "monitoring.config").read_text() == (REPO / "deploy" / "serving" / "monitoring.config").read_text()
+
+
+def test_api_image_is_the_one_compose_builds(objects: list[dict[str, Any]]) -> None:
+    # `docker compose build api` tags the image the API Deployment runs, the project's version
+    # (a build tagged `latest` against manifests naming `0.1.0` would never start).
+    compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())
+    images = {name: container["image"] for name, container in containers(objects)}
+    assert images["api"] == compose["services"]["api"]["image"]
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert images["api"] == f"tfserve-split/api:{version}"

@@ -208,7 +208,7 @@ def wait_spread(stack: Stack, base: dict[str, int], replicas: int, timeout_s: fl
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--serving-image", default="tfserve-split/serving:latest")
+    parser.add_argument("--serving-image", default="tfserve-split/serving:0.1.0")
     parser.add_argument(
         "--api-ports",
         help="API_PORTS: host ports of the API replicas (default: the range 18000-18009; under podman, "

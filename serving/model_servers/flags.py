@@ -155,12 +155,14 @@ class ServerOptions:
         DEFAULT_MAX_HEADER_BYTES,
         "(ours) Largest HTTP/REST request head (request line and headers), in bytes; a "
         "larger one is answered 431 before it is parsed past the limit, and its connection "
-        "closed.",
+        "closed. A URL over 65,535 bytes is answered 414 whatever this allows (the HTTP "
+        "parser's own limit).",
     )
     rest_api_body_read_timeout_in_ms: int = _flag(
         DEFAULT_BODY_READ_TIMEOUT_MS,
-        "(ours) Time a client has to send a request's head, and then its body, over "
-        "HTTP/REST; past it the request is answered 408 and its connection closed. 0: none.",
+        "(ours) Time a client has to send a request's head, and then its whole body, over "
+        "HTTP/REST, in milliseconds; past it the request is answered 408 and its connection "
+        "closed. 0: no timeout (as in TF Serving, a client may send as slowly as it likes).",
     )
     max_request_elements: int = _flag(
         DEFAULT_MAX_REQUEST_ELEMENTS,

@@ -42,6 +42,7 @@ from serving.model_servers.model_service_impl import ModelService
 from serving.model_servers.prediction_service_impl import PredictionService
 from serving.protos.tensorflow_serving.config.ssl_config_pb2 import SSLConfig
 from serving.util.errors import Code, LimitExceeded, ServingError
+from serving.util.malloc_trim import MallocTrimmer
 from serving.util.proto_util import read_text_proto_file
 
 __all__ = ["GrpcServer", "server_arguments", "server_credentials"]
@@ -104,17 +105,20 @@ class GrpcServer:
             options=server_arguments(options),
             maximum_concurrent_rpcs=options.grpc_max_threads or None,
         )
+        trimmer = MallocTrimmer()  # after large requests, the heap they leave free goes back
         self._server.add_generic_rpc_handlers(
             (
                 translated_handler(
                     prediction_service,
                     prediction_service_pb2.DESCRIPTOR.services_by_name["PredictionService"],
                     on_limit,
+                    trimmer,
                 ),
                 translated_handler(
                     model_service,
                     model_service_pb2.DESCRIPTOR.services_by_name["ModelService"],
                     on_limit,
+                    trimmer,
                 ),
             )
         )

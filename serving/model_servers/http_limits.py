@@ -8,7 +8,9 @@ limits of :class:`~serving.util.request_limits.RequestLimits`, answering TF Serv
 * :class:`HeadLimitedProtocol` -- the connection: uvicorn's httptools protocol, counting the bytes
   of each request head (request line and headers) as they arrive and refusing a head over
   ``--rest_api_max_header_bytes`` (431) or not complete within
-  ``--rest_api_body_read_timeout_in_ms`` (408). The check is made before the parser is fed more
+  ``--rest_api_body_read_timeout_in_ms`` (408); a complete head is measured again before uvicorn
+  reads it (a head that arrived in one read), and a URL over :data:`~serving.util.request_limits.
+  MAX_URI_BYTES`, which httptools cannot parse, is 414. The check is made before the parser is fed more
   than one read past the limit, because the parser's cost is what a large head attacks: httptools
   joins the pieces of a header value by ``bytes +=`` once per read, so a 150 MB header costs
   quadratic time. Measured here before this limit: a 150 MB header kept the REST port's event loop
@@ -16,8 +18,7 @@ limits of :class:`~serving.util.request_limits.RequestLimits`, answering TF Serv
   header is answered 431 after its first reads (see ``tests/serving/test_serving_limits.py``).
   A head that arrives after a pipelined request in the same read is counted from the next read,
   so a head is parsed at most ``limit`` + two reads (uvloop reads up to 256 KiB).
-* :class:`RequestLimitsMiddleware` -- the request: ASGI middleware answering 431 for a head over
-  the limit that arrived in one read (the protocol only sees heads that span reads), 413 at once
+* :class:`RequestLimitsMiddleware` -- the request: ASGI middleware answering 413 at once
   when ``Content-Length`` is over ``--rest_api_max_body_bytes``, and making ``receive()`` raise
   :class:`~serving.util.errors.LimitExceeded` (413, 408) when a body without a length grows past
   the limit or does not arrive in time; the app's one error handler answers those
@@ -39,7 +40,14 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from serving.model_servers.http_rest_api_handler import error_json
 from serving.util.errors import LimitExceeded
-from serving.util.request_limits import RequestLimits, body_too_large, head_too_large, read_timed_out
+from serving.util.request_limits import (
+    MAX_URI_BYTES,
+    RequestLimits,
+    body_too_large,
+    head_too_large,
+    read_timed_out,
+    uri_too_long,
+)
 
 __all__ = ["RequestLimitsMiddleware", "HeadLimitedProtocol", "LimitCallback"]
 
@@ -117,7 +125,30 @@ class HeadLimitedProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._head_started = False
         self._cancel_head_timer()
-        super().on_headers_complete()
+        if self._refused:
+            return  # a request pipelined after a refused one: dropped with its connection
+        # The whole head is known here, however many reads it took: it is refused before uvicorn
+        # parses its URL, which httptools cannot do past 65,535 bytes (uvicorn would answer a
+        # plain-text 400, and a head that arrived in one read was only counted from the next).
+        if self._head_size() > self._max_head_bytes:
+            self._refuse(head_too_large(self._max_head_bytes))
+        elif len(self.url) > MAX_URI_BYTES:
+            self._refuse(uri_too_long())
+        else:
+            super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        if not self._refused:
+            super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        if not self._refused:
+            super().on_message_complete()
+
+    def _head_size(self) -> int:
+        """The bytes of the parsed head: ``METHOD URL HTTP/1.1``, ``name: value`` lines, blank line."""
+        request_line = len(self.parser.get_method()) + len(self.url) + 12  # " ", " HTTP/1.1\r\n"
+        return request_line + sum(len(name) + len(value) + 4 for name, value in self.headers) + 2
 
     # ---- refusing -----------------------------------------------------------------------------
 
@@ -165,9 +196,9 @@ class HeadLimitedProtocol(HttpToolsProtocol):
 
 
 class RequestLimitsMiddleware:
-    """ASGI middleware holding each request head to ``--rest_api_max_header_bytes`` and each
-    body to ``--rest_api_max_body_bytes`` and ``--rest_api_body_read_timeout_in_ms`` (see the
-    module doc). ``headers`` are added to the answers it gives itself (CORS, when on)."""
+    """ASGI middleware holding each request body to ``--rest_api_max_body_bytes`` and
+    ``--rest_api_body_read_timeout_in_ms`` (see the module doc). ``headers`` are added to the
+    answers it gives itself (CORS, when on)."""
 
     def __init__(
         self,
@@ -177,7 +208,6 @@ class RequestLimitsMiddleware:
         headers: dict[str, str] | None = None,
     ) -> None:
         self._app = app
-        self._max_head_bytes = limits.max_header_bytes
         self._max_body_bytes = limits.max_body_bytes
         self._timeout_s = limits.read_timeout_s
         self._on_limit = on_limit
@@ -187,9 +217,6 @@ class RequestLimitsMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self._app(scope, receive, send)
-            return
-        if _head_size(scope) > self._max_head_bytes:
-            await self._refuse(head_too_large(self._max_head_bytes), send)
             return
         if self._max_body_bytes is None and self._timeout_s is None:
             await self._app(scope, receive, send)
@@ -234,14 +261,6 @@ class RequestLimitsMiddleware:
         headers = [*self._headers, (b"content-length", str(len(body)).encode())]
         await send({"type": "http.response.start", "status": error.http_status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
-
-
-def _head_size(scope: Scope) -> int:
-    """The bytes of a request's head as it was sent: request line, then ``name: value`` lines."""
-    size = len(scope["method"]) + len(scope.get("raw_path") or b"") + 12  # " ", " HTTP/1.1\r\n"
-    if scope.get("query_string"):
-        size += 1 + len(scope["query_string"])
-    return size + sum(len(name) + len(value) + 4 for name, value in scope["headers"]) + 2
 
 
 def _content_length(scope: Scope) -> int | None:

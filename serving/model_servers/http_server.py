@@ -25,7 +25,7 @@ from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp
@@ -98,6 +98,13 @@ def create_app(
             )
         return json_response(error_json(error.message), error.http_status, headers)
 
+    async def on_client_disconnect(request: Request, exc: Exception) -> Response:
+        # The client went away before its body was in: nothing is wrong with the server and no
+        # one is left to answer (the response is dropped). No metric counts it: TF Serving has
+        # none, and request_count only counts requests that reached the model.
+        _log.info("%s %s: the client disconnected before its request body arrived", request.method, request.url.path)
+        return Response(status_code=499)  # nginx's "client closed request"; never sent
+
     async def on_unexpected_error(request: Request, exc: Exception) -> Response:
         # Starlette re-raises after this response is sent, so the server logs the traceback.
         return json_response(error_json(f"Internal error: {exc}"), 500, headers)
@@ -112,7 +119,11 @@ def create_app(
         routes.insert(0, Route(path, metrics_page, methods=["GET"]))
     app = Starlette(
         routes=routes,
-        exception_handlers={ServingError: on_serving_error, Exception: on_unexpected_error},
+        exception_handlers={
+            ServingError: on_serving_error,
+            ClientDisconnect: on_client_disconnect,
+            Exception: on_unexpected_error,
+        },
     )
     return RequestLimitsMiddleware(app, limits, report, headers)
 

@@ -3,7 +3,11 @@
 Follows ``tensorflow_serving/util/json_tensor.{h,cc}`` (``FillPredictRequestFromJson``,
 ``MakeJsonFromTensors``) and ``tensorflow_serving/g3doc/api_rest.md``; error messages are TF
 Serving's, word for word, and every error is a :class:`~serving.util.errors.ServingError` with code
-``INVALID_ARGUMENT`` (``UNIMPLEMENTED`` for input dtypes JSON cannot express).
+``INVALID_ARGUMENT`` (``UNIMPLEMENTED`` for input dtypes JSON cannot express). One number differs
+on purpose: TF Serving's ``found at incorrect level: <level + 1> ... Expected at level: <rank>``
+mixes a 1-based level with a 0-based one (``[[1], 2]``: "found at incorrect level: 2 ...
+Expected at level: 2"); here both are 0-based, as in its ``Encountered list at unexpected
+level`` messages ("found at incorrect level: 1 ... Expected at level: 2").
 
 Request body (a JSON object; other top-level keys are ignored, however deeply nested; parsing is
 rapidjson's, :mod:`serving.util.rapidjson`)::
@@ -521,7 +525,7 @@ def _fill(value: Any, level: int, shape: list[int], dtype_name: str, out: list[A
         if level != rank:
             raise _invalid(
                 f"JSON Value: {_json_value_to_string(value)} found at incorrect level: "
-                f"{level + 1} in the JSON DOM. Expected at level: {rank}"
+                f"{level} in the JSON DOM. Expected at level: {rank}"
             )
         if type(value) is dict:
             if dtype_name != "DT_STRING":

@@ -9,8 +9,8 @@ TF Serving's request checks that happen before any servable is looked up:
 * a request without ``model_spec`` -> ``INVALID_ARGUMENT Missing ModelSpec`` (predict_impl.cc,
   classification_service.cc, regression_service.cc);
 * an input tensor TensorFlow cannot parse -> ``INVALID_ARGUMENT tensor parsing error: <alias>``
-  (predict_util.cc). Inputs are decoded here, before the signature is resolved, so a request
-  that is wrong in both ways reports the tensor (TF Serving reports the signature first).
+  (predict_util.cc). Inputs are decoded when the servable reads them, after it has checked the
+  signature and the request's aliases, in TF Serving's order.
 
 Tensors go through :mod:`serving.util.tensor_proto`. Examples (``Input``) become the serialized
 ``tf.Example`` bytes TF Serving feeds (``InputToSerializedExampleTensor``): with
@@ -20,7 +20,7 @@ Tensors go through :mod:`serving.util.tensor_proto`. Examples (``Input``) become
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 import numpy as np
 from google.protobuf.message import Message
@@ -94,24 +94,52 @@ def model_spec_to_proto(spec: ModelSpec, proto: model_pb2.ModelSpec) -> None:
 
 def inputs_from_proto(
     inputs: Mapping[str, TensorProto], limits: RequestLimits | None = None
-) -> dict[str, np.ndarray]:
-    """A ``PredictRequest``'s ``inputs`` map as numpy arrays, ``{alias: array}``.
+) -> Mapping[str, np.ndarray]:
+    """A ``PredictRequest``'s ``inputs`` map as numpy arrays, ``{alias: array}``, each decoded when
+    it is first read (see :class:`_ProtoInputs`)."""
+    return _ProtoInputs(inputs, limits)
 
-    Raises ``INVALID_ARGUMENT`` ``tensor parsing error: <alias>`` for a tensor TensorFlow cannot
-    parse (predict_util.cc, ``PreProcessPrediction``), and
-    :func:`~serving.util.request_limits.too_many_elements` when the shapes declare more elements
-    than ``limits`` allow -- checked before anything is allocated, since a typed field's last
-    value fills any shape (``float_val: 1`` with a shape of ``[2**31]`` would take 8 GiB).
+
+class _ProtoInputs(Mapping[str, np.ndarray]):
+    """``inputs`` decoded on demand, as TF Serving reads them: the servable first compares the
+    request's aliases with its signature's (``VerifyRequestInputsSize``), then decodes only the
+    signature's (``GetInputValues``). So a request with 200,000 aliases is refused after a count,
+    not after decoding every tensor (which kept the event loop, and so the REST port, ~2 s).
+
+    The first tensor read checks the elements the shapes of all inputs declare against
+    ``limits`` (:func:`~serving.util.request_limits.too_many_elements`) -- before anything is
+    allocated, since a typed field's last value fills any shape (``float_val: 1`` with a shape of
+    ``[2**31]`` would take 8 GiB). A tensor TensorFlow cannot parse raises ``INVALID_ARGUMENT``
+    ``tensor parsing error: <alias>`` (predict_util.cc, ``PreProcessPrediction``).
     """
-    if limits is not None:
-        limits.check_elements(sum(_declared_elements(tensor) for tensor in inputs.values()))
-    arrays: dict[str, np.ndarray] = {}
-    for alias, tensor in inputs.items():
+
+    def __init__(self, tensors: Mapping[str, TensorProto], limits: RequestLimits | None) -> None:
+        self._tensors = tensors
+        self._limits = limits
+        self._arrays: dict[str, np.ndarray] = {}
+
+    def __len__(self) -> int:
+        return len(self._tensors)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._tensors)
+
+    def __contains__(self, alias: object) -> bool:
+        return alias in self._tensors
+
+    def __getitem__(self, alias: str) -> np.ndarray:
+        array = self._arrays.get(alias)
+        if array is not None:
+            return array
+        tensor = self._tensors[alias]  # KeyError, as a Mapping's
+        if not self._arrays and self._limits is not None:
+            self._limits.check_elements(sum(_declared_elements(t) for t in self._tensors.values()))
         try:
-            arrays[alias] = tensor_proto.to_ndarray(tensor)
+            array = tensor_proto.to_ndarray(tensor)
         except tensor_proto.TensorProtoError:
             raise ServingError(Code.INVALID_ARGUMENT, f"tensor parsing error: {alias}") from None
-    return arrays
+        self._arrays[alias] = array
+        return array
 
 
 def _declared_elements(tensor: TensorProto) -> int:

@@ -11,7 +11,8 @@ reason               limit (flag)                        REST        gRPC
 ===================  ==================================  ==========  =====================
 ``body_bytes``       ``--rest_api_max_body_bytes``       413         (gRPC's own message
                                                                      limit, RESOURCE_EXHAUSTED)
-``header_bytes``     ``--rest_api_max_header_bytes``     431         --
+``header_bytes``     ``--rest_api_max_header_bytes``     431 (414:   --
+                     (and a URL over 65,535 bytes)       the URL)
 ``read_timeout``     ``--rest_api_body_read_timeout...`` 408         --
 ``elements``         ``--max_request_elements``          413         RESOURCE_EXHAUSTED
 ===================  ==================================  ==========  =====================
@@ -27,11 +28,13 @@ from dataclasses import dataclass
 from serving.util.errors import Code, LimitExceeded
 
 __all__ = [
+    "MAX_URI_BYTES",
     "RequestLimits",
     "body_too_large",
     "head_too_large",
     "read_timed_out",
     "too_many_elements",
+    "uri_too_long",
 ]
 
 
@@ -72,6 +75,21 @@ def head_too_large(limit: int) -> LimitExceeded:
         f"Request header fields exceed the limit of {limit} bytes (--rest_api_max_header_bytes)",
         reason="header_bytes",
         http_status=431,
+    )
+
+
+#: The longest request URL (path and query) the HTTP parser can split (httptools, whose offsets
+#: are 16-bit), whatever ``--rest_api_max_header_bytes`` allows.
+MAX_URI_BYTES = 65_535
+
+
+def uri_too_long() -> LimitExceeded:
+    """414: a request URL over :data:`MAX_URI_BYTES` (possible only with a head limit above it)."""
+    return LimitExceeded(
+        Code.RESOURCE_EXHAUSTED,
+        f"Request URI exceeds the limit of {MAX_URI_BYTES} bytes",
+        reason="header_bytes",
+        http_status=414,
     )
 
 

@@ -150,8 +150,12 @@ def _decoded(proto: TensorProto, layout: _Layout, shape: tuple[int, ...], count:
 
 
 def _typed_values(proto: TensorProto, layout: _Layout, count: int) -> np.ndarray:
-    """``FromProtoField``: zeros when empty, the last value repeated when short."""
+    """``FromProtoField``: zeros when empty, the last value repeated when short, only the first
+    ``count`` values read when long (values past the shape are never converted)."""
     field = getattr(proto, layout.field)
+    wanted = 2 * count if layout.kind == "complex" else count
+    if len(field) > wanted:
+        field = field[:wanted]
     if layout.kind == "string":
         values = np.empty(len(field), dtype=object)
         values[:] = list(field)

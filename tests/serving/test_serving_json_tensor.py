@@ -263,8 +263,17 @@ def test_list_too_deep() -> None:
 
 
 def test_value_too_shallow() -> None:
+    # Levels are 0-based as in the list messages above (TF Serving prints level + 1 here, which
+    # made this "found at incorrect level: 2 ... Expected at level: 2").
     assert message({"inputs": [[1], 2]}) == (
-        "JSON Value: 2 found at incorrect level: 2 in the JSON DOM. Expected at level: 2"
+        "JSON Value: 2 found at incorrect level: 1 in the JSON DOM. Expected at level: 2"
+    )
+    assert message({"inputs": [[[1]], [2]]}) == (
+        "JSON Value: 2 found at incorrect level: 2 in the JSON DOM. Expected at level: 3"
+    )
+    assert message({"instances": [[[1], 2]]}) == (
+        "Failed to process element: 0 of 'instances' list. Error: INVALID_ARGUMENT: "
+        "JSON Value: 2 found at incorrect level: 1 in the JSON DOM. Expected at level: 2"
     )
 
 

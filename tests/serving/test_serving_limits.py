@@ -8,6 +8,8 @@ connection keeps getting its predictions the whole time.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import socket
 import threading
 import time
@@ -19,9 +21,16 @@ import numpy as np
 import orjson
 import pytest
 import tensorflow as tf
+from google.protobuf import wrappers_pb2
+from starlette.types import ASGIApp, Receive, Scope, Send
 from tensorflow_serving.apis import predict_pb2
 
+from serving.model_servers.http_limits import LimitCallback
+from serving.model_servers.http_server import RestServer, bind
+from serving.util.errors import LimitExceeded
+from serving.util.request_limits import MAX_URI_BYTES, RequestLimits
 from tests.serving.example_server import FRAUD_ROW, ExampleServer, running_example_server
+from tests.support import wait_until
 
 MAX_BODY = 64 * 1024
 MAX_HEAD = 8 * 1024
@@ -190,6 +199,181 @@ def test_limits_answered_counted_and_others_served(server: ExampleServer) -> Non
     }
 
 
+def test_slow_body_is_refused_at_the_flags_timeout(server: ExampleServer) -> None:
+    # A body that keeps coming, a byte every 0.1 s (it would take 20 s): refused once the flag's
+    # 1 s has passed since the head, not after a fixed 30 s, while the neighbour is served.
+    port = server.rest_port
+    with WellBehavedClient(f"http://127.0.0.1:{port}") as neighbour:
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+            sock.sendall(b"POST " + PREDICT.encode() + b" HTTP/1.1\r\nHost: x\r\nContent-Length: 200\r\n\r\n")
+            started = time.monotonic()
+            sock.setblocking(False)
+            answer = b""
+            while not _complete(answer) and time.monotonic() - started < 10:
+                with contextlib.suppress(OSError):  # a full buffer, or the server done reading
+                    sock.send(b" ")
+                time.sleep(0.1)
+                with contextlib.suppress(BlockingIOError):
+                    answer += sock.recv(65536)
+            seconds = time.monotonic() - started
+        assert _status_and_error(answer) == (
+            408,
+            "Request body not received within 1000 ms (--rest_api_body_read_timeout_in_ms)",
+        )
+        assert READ_TIMEOUT_S * 0.9 <= seconds < READ_TIMEOUT_S + 3.0
+    assert neighbour.failures == []
+    assert server.rest.post(PREDICT, json={"instances": [FRAUD_ROW]}).status_code == 200
+
+
+def test_a_head_over_the_limit_is_431_json_however_it_arrives(server: ExampleServer) -> None:
+    # A request line just over the limit, in one read: refused by its size, in TF Serving's
+    # error body -- not uvicorn's plain-text 400, which a URL over 65,535 bytes used to get
+    # (httptools cannot split it).
+    expected = (431, f"Request header fields exceed the limit of {MAX_HEAD} bytes (--rest_api_max_header_bytes)")
+    for url_bytes in (MAX_HEAD, 70_000):
+        url = PREDICT.encode() + b"?" + b"a" * (url_bytes - len(PREDICT) - 1)
+        head = b"POST " + url + b" HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
+        assert _status_and_error(_raw_exchange(server.rest_port, head)[0]) == expected
+    # Headers just over the limit, in one read, after a request served on the same connection.
+    small = b"GET /v1/models/fraud HTTP/1.1\r\nHost: x\r\n\r\n"
+    big = b"POST " + PREDICT.encode() + b" HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nX-Big: "
+    big += b"a" * MAX_HEAD + b"\r\n\r\n{}"
+    with socket.create_connection(("127.0.0.1", server.rest_port), timeout=30) as sock:
+        sock.sendall(small)
+        first = b""
+        while not _complete(first):
+            first += sock.recv(65536)
+        assert first.startswith(b"HTTP/1.1 200 "), first
+        sock.sendall(big)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    assert _status_and_error(answer) == expected
+
+
+def test_a_url_the_parser_cannot_split_is_414_json() -> None:
+    # Only a head limit above 65,535 bytes lets such a URL through to the parser.
+    limits = RequestLimits(max_header_bytes=256 * 1024)
+    refused: list[LimitExceeded] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    with _rest_server(app, limits, refused.append) as port:
+        url = b"/" + b"a" * (MAX_URI_BYTES - 1)
+        assert _raw_exchange(port, b"GET " + url + b" HTTP/1.1\r\nHost: x\r\n\r\n")[0].startswith(b"HTTP/1.1 200 ")
+        answer, _ = _raw_exchange(port, b"GET " + url + b"a HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert _status_and_error(answer) == (414, f"Request URI exceeds the limit of {MAX_URI_BYTES} bytes")
+    assert [error.reason for error in refused] == ["header_bytes"]
+
+
+@contextlib.contextmanager
+def _rest_server(app: ASGIApp, limits: RequestLimits, on_limit: LimitCallback) -> Iterator[int]:
+    """:class:`RestServer` (uvicorn with the head-limited protocol) serving ``app`` on a free
+    loopback port, on its own event loop thread; yields the port."""
+    sock = bind("127.0.0.1", 0)
+    server = RestServer(app, sock, limits, on_limit)
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        asyncio.run_coroutine_threadsafe(server.start(), loop).result(timeout=30)
+        yield sock.getsockname()[1]
+    finally:
+        asyncio.run_coroutine_threadsafe(server.stop(), loop).result(timeout=30)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=30)
+        loop.close()
+
+
+def test_client_gone_mid_body_is_one_quiet_line(server: ExampleServer) -> None:
+    logged = server.proc.log_path.stat().st_size
+    with socket.create_connection(("127.0.0.1", server.rest_port), timeout=30) as sock:
+        sock.sendall(b"POST " + PREDICT.encode() + b" HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
+        time.sleep(0.2)
+    wait_until(
+        lambda: b"disconnected" in server.proc.log_path.read_bytes()[logged:], 10, "the disconnect's log line"
+    )
+    time.sleep(0.3)
+    written = server.proc.log_path.read_bytes()[logged:].decode(errors="replace")
+    assert "Traceback" not in written and "ClientDisconnect" not in written, written
+    assert " I serving.model_servers.http_server] POST /v1/models/fraud:predict: the client disconnected" in written
+    assert server.rest.post(PREDICT, json={"instances": [FRAUD_ROW]}).status_code == 200
+
+
+def _predict_bytes(tensors: list[tuple[bytes, bytes]]) -> bytes:
+    """A serialized ``PredictRequest`` for model ``fraud`` with ``(alias, serialized TensorProto)``
+    inputs, framed directly in the wire format (the protobuf library would take seconds and
+    hundreds of MB to build the hostile ones)."""
+    head = predict_pb2.PredictRequest()
+    head.model_spec.name = "fraud"
+    parts = [head.SerializeToString()]
+    for alias, tensor in tensors:
+        parts.append(_field(2, _field(1, alias) + _field(2, tensor)))  # inputs: map entry {key, value}
+    return b"".join(parts)
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    """Length-delimited field ``number`` (< 16) holding ``payload``; protobuf writes the length."""
+    framed = wrappers_pb2.BytesValue(value=payload).SerializeToString()  # b"\x0a" + length + payload
+    return bytes([number << 3 | 2]) + framed[1:]
+
+
+def _raw_predict(server: ExampleServer, data: bytes) -> grpc.RpcError:
+    predict = server.channel.unary_unary(
+        "/tensorflow.serving.PredictionService/Predict",
+        request_serializer=lambda raw: raw,
+        response_deserializer=lambda raw: raw,
+    )
+    with pytest.raises(grpc.RpcError) as caught:
+        predict(data, timeout=60)
+    return caught.value
+
+
+def test_refused_string_tensors_leave_no_memory_behind(server: ExampleServer) -> None:
+    # 17M empty strings: 34 MB on the wire, ~800 MB once parsed. Each such request, refused for
+    # its elements, used to stay in memory (+800 MB RSS per request).
+    count = 17_000_000
+    tensor = tf.make_tensor_proto(np.array([b""]), dtype=tf.string)
+    tensor.ClearField("string_val")
+    tensor.tensor_shape.dim[0].size = count
+    data = _predict_bytes([(b"features", tensor.SerializeToString() + b"\x42\x00" * count)])  # string_val, field 8
+    before = server.rss_bytes()
+    for _ in range(5):
+        error = _raw_predict(server, data)
+        assert (error.code(), error.details()) == (
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            f"Request has {count} tensor elements, more than the limit of {MAX_ELEMENTS} (--max_request_elements)",
+        )
+    time.sleep(2.0)  # the heap is trimmed 1 s after a large request
+    grown = server.rss_bytes() - before
+    assert grown < 150 * 2**20, f"RSS grew {grown / 2**20:.0f} MB"
+
+
+def test_many_unknown_inputs_are_refused_by_count(server: ExampleServer) -> None:
+    # TF Serving's VerifyRequestInputsSize, checked before any tensor is decoded: 200,000
+    # aliases took ~2 s of the event loop (the REST port's too) when every tensor was decoded.
+    tensor = tf.make_tensor_proto([1.0]).SerializeToString()
+    data = _predict_bytes([(b"in%d" % i, tensor) for i in range(200_000)])
+    started = time.monotonic()
+    error = _raw_predict(server, data)
+    seconds = time.monotonic() - started
+    assert (error.code(), error.details()) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "input size does not match signature: 200000!=1 len({<200000 aliases>}) != len({features}). "
+        "Sent extra: {<200000 aliases>}. Missing but required: {features}.",
+    )
+    assert seconds < 1.5, seconds
+    # Fewer aliases are listed, in TF Serving's words.
+    error = _raw_predict(server, _predict_bytes([(b"features", tensor), (b"extra", tensor)]))
+    assert (error.code(), error.details()) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "input size does not match signature: 2!=1 len({extra,features}) != len({features}). "
+        "Sent extra: {extra}. Missing but required: {}.",
+    )
+
+
 def test_within_the_limits_is_served(server: ExampleServer) -> None:
     rows = {"instances": [FRAUD_ROW] * (MAX_ELEMENTS // 11)}
     with httpx.Client(base_url=f"http://127.0.0.1:{server.rest_port}", timeout=30) as client:
@@ -239,3 +423,8 @@ def test_flags_refuse_negative_limits() -> None:
         flags.parse_flags(["--model_base_path=/m", "--max_request_elements=0"])
     )
     assert limits.max_elements is None
+    # 0 turns the read timeout off (no timer on heads or bodies); any other value is used as is.
+    parsed = flags.parse_flags(["--model_base_path=/m", "--rest_api_body_read_timeout_in_ms=0"])
+    assert flags.request_limits(parsed).read_timeout_s is None
+    parsed = flags.parse_flags(["--model_base_path=/m", "--rest_api_body_read_timeout_in_ms", "250"])
+    assert flags.request_limits(parsed).read_timeout_s == 0.25
