@@ -7,11 +7,13 @@ requests, never having sent a byte, still sending its head, or lingering after a
 holds nothing of the app's and may be closed to make room: nginx does the same with its
 idle keep-alive connections when it runs out of `worker_connections`. Closures the server
 decides (refusals, timeouts, evictions) are counted in `api_connections_closed_total` and
-logged, at most one summary line per `LOG_INTERVAL_S`.
+logged, at most one summary line per `LOG_INTERVAL_S`; closures counted after a summary are
+logged when the interval ends, not at the next closure, which may come much later.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import weakref
@@ -52,6 +54,7 @@ class ConnectionRegistry:
         self._idle: dict[Closable, None] = {}
         self._unlogged: Counter[str] = Counter()
         self._logged_at = 0.0
+        self._flush: asyncio.TimerHandle | None = None
 
     def admit(self, conn: Closable) -> bool:
         """Register a new connection; False when it must be closed (at the cap, none idle).
@@ -93,21 +96,35 @@ class ConnectionRegistry:
         self._lingering.pop(conn, None)
 
     def closed(self, reason: str) -> None:
-        """Count a connection the server closed or refused, and log a summary now and then."""
+        """Count a connection the server closed or refused; log a summary at most every `LOG_INTERVAL_S`."""
         self.metrics.closed(reason)
         self._unlogged[reason] += 1
-        now = time.monotonic()
-        if now - self._logged_at >= LOG_INTERVAL_S:
-            counts = ", ".join(f"{r}={n}" for r, n in sorted(self._unlogged.items()))
-            logger.warning(
-                "closed client connections: %s (%d open, limit %d)",
-                counts,
-                len(self.open),
-                self.max_connections,
-                extra={"closed": dict(self._unlogged), "open": len(self.open)},
-            )
-            self._unlogged.clear()
-            self._logged_at = now
+        wait_s = LOG_INTERVAL_S - (time.monotonic() - self._logged_at)
+        if wait_s <= 0:
+            self._log_summary()
+        elif self._flush is None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # called outside a server (unit tests): the next closure logs
+                return
+            self._flush = loop.call_later(wait_s, self._log_summary)
+
+    def _log_summary(self) -> None:
+        if self._flush is not None:
+            self._flush.cancel()
+            self._flush = None
+        if not self._unlogged:
+            return
+        counts = ", ".join(f"{r}={n}" for r, n in sorted(self._unlogged.items()))
+        logger.warning(
+            "closed client connections: %s (%d open, limit %d)",
+            counts,
+            len(self.open),
+            self.max_connections,
+            extra={"closed": dict(self._unlogged), "open": len(self.open)},
+        )
+        self._unlogged.clear()
+        self._logged_at = time.monotonic()
 
 
 _registries: weakref.WeakKeyDictionary[ServerState, ConnectionRegistry] = weakref.WeakKeyDictionary()
