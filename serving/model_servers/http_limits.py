@@ -46,6 +46,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from serving.model_servers.http_rest_api_handler import error_json
 from serving.util.errors import LimitExceeded
+from serving.util.malloc_trim import LARGE_REQUEST_BYTES, MallocTrimmer
 from serving.util.request_limits import (
     MAX_URI_BYTES,
     UNCOUNTED_BODY_BYTES,
@@ -258,6 +259,12 @@ class RequestLimitsMiddleware:
         self._timeout_s = limits.read_timeout_s
         budget = limits.max_buffered_body_bytes
         self._budget = BufferedBodyBudget(budget) if budget is not None else None
+        # Freed bodies stay in the heap: measured on a shared 2-core machine, 300 stalled 1 MiB
+        # bodies took RSS from 723 to 1050 MB and it stayed there once they closed, until a
+        # malloc_trim(0) brought it back to 727 MB. One trim per 16 MiB of bodies released (at
+        # most one a second, on its own thread).
+        self._trimmer = MallocTrimmer() if budget is not None else None
+        self._released = 0  # bytes of counted bodies since the last trim
         self._on_limit = on_limit
         self._headers = [(b"content-type", b"application/json"), (b"connection", b"close")]
         self._headers += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
@@ -283,6 +290,10 @@ class RequestLimitsMiddleware:
             await self._app(scope, body.receive, send)
         finally:
             body.release()  # the connection dropped, or the app answered without the whole body
+            self._released += body.counted
+            if self._trimmer is not None and self._released >= LARGE_REQUEST_BYTES:
+                self._released = 0
+                self._trimmer.large_request_done()
 
     async def _refuse(self, error: LimitExceeded, send: Send) -> None:
         self._on_limit(error)
@@ -313,6 +324,8 @@ class _LimitedBody:
         self._length = length
         self._received = 0
         self._held = 0  # bytes reserved in the budget
+        self.counted = 0
+        """The most bytes this body held in the budget."""
         self._complete = False
 
     def reserve_length(self) -> bool:
@@ -321,7 +334,7 @@ class _LimitedBody:
             return True
         if not self._budget.reserve(self._length):
             return False
-        self._held = self._length
+        self._held = self.counted = self._length
         return True
 
     def release(self) -> None:
@@ -357,7 +370,7 @@ class _LimitedBody:
             return
         if not budget.reserve(self._received - self._held):
             raise buffered_bodies_full(budget.limit)
-        self._held = self._received
+        self._held = self.counted = self._received
 
 
 def _content_length(scope: Scope) -> int | None:

@@ -12,6 +12,7 @@ import contextlib
 import socket
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import orjson
 import pytest
@@ -108,3 +109,22 @@ def test_full_budget_refuses_large_bodies_and_serves_small_ones(server: ExampleS
     wait_until(large_accepted, 10.0, "a large body accepted once the stalled ones closed")
     response = server.rest.post(PREDICT, content=_large_predict(2000))
     assert response.status_code == 200 and len(response.json()["predictions"]) == 2000
+
+
+def test_memory_of_stalled_bodies_is_given_back(tmp_path: Path) -> None:
+    """300 stalled 1 MiB bodies (a 512 MiB budget) grow the server by some 300 MB; once their
+    clients are gone the heap is trimmed and RSS comes back (without the trim it stayed)."""
+    with running_example_server(tmp_path, f"--rest_api_max_buffered_body_bytes={512 * LARGE}") as server:
+        time.sleep(0.5)
+        before = server.rss_bytes()
+        stalled = []
+        try:
+            for _ in range(300):
+                stalled.append(_stalled_body(server.rest_port))
+            wait_until(lambda: server.rss_bytes() > before + 290e6, 10.0, "the stalled bodies received")
+        finally:
+            for sock in stalled:
+                sock.close()
+        wait_until(lambda: server.rss_bytes() < before + 30e6, 10.0, "RSS back after the bodies closed")
+        response = server.rest.post(PREDICT, json={"instances": [FRAUD_ROW]})
+        assert response.status_code == 200
