@@ -120,6 +120,28 @@ def read_response(sock: socket.socket, buffer: bytearray) -> tuple[int, bytes]:
     return int(lines[0].split()[1]), rest[:length]
 
 
+def block_in_gate(server: ServingProcess) -> tuple[threading.Thread, list[httpx.Response]]:
+    """A REST request to ``gate``'s ``wait`` signature, on its own thread, returned once it is
+    blocked inside ``Session.run``; its response is appended to the list when released."""
+    waited: list[httpx.Response] = []
+
+    def wait_request() -> None:
+        with httpx.Client(base_url=server.base_url, timeout=WAIT_S) as http:
+            body = {"signature_name": "wait", "instances": [7.0]}
+            waited.append(http.post("/v1/models/gate:predict", json=body))
+
+    waiter = threading.Thread(target=wait_request)
+    waiter.start()
+
+    def arrivals() -> int:
+        body = {"signature_name": "arrivals", "instances": [0.0]}
+        response = server.client.post("/v1/models/gate:predict", json=body)
+        return int(response.json()["predictions"][0])
+
+    wait_until(lambda: arrivals() == 1, WAIT_S, "the wait request inside the model")
+    return waiter, waited
+
+
 def test_sigterm_finishes_in_flight_requests_and_exits_zero(server: ServingProcess) -> None:
     # 1. Load on another model, bounded in count and time; each outcome is kept.
     stop_load = threading.Event()
@@ -146,22 +168,7 @@ def test_sigterm_finishes_in_flight_requests_and_exits_zero(server: ServingProce
     wait_until(lambda: all(len(o) >= 10 for o in outcomes), WAIT_S, "load")
 
     # 2. A request blocked inside Session.run.
-    waited: list[httpx.Response] = []
-
-    def wait_request() -> None:
-        with httpx.Client(base_url=server.base_url, timeout=WAIT_S) as http:
-            body = {"signature_name": "wait", "instances": [7.0]}
-            waited.append(http.post("/v1/models/gate:predict", json=body))
-
-    waiter = threading.Thread(target=wait_request)
-    waiter.start()
-
-    def arrivals() -> int:
-        body = {"signature_name": "arrivals", "instances": [0.0]}
-        response = server.client.post("/v1/models/gate:predict", json=body)
-        return int(response.json()["predictions"][0])
-
-    wait_until(lambda: arrivals() == 1, WAIT_S, "the wait request inside the model")
+    waiter, waited = block_in_gate(server)
 
     # 3. A connection whose next request (the release) has started: status + release headers.
     release_body = json.dumps({"signature_name": "release", "instances": [1.0]}).encode()
@@ -239,21 +246,7 @@ def test_sigterm_closes_a_trickling_body_and_finishes_the_request_in_flight(
         server.wait_for_states("gate", {1: "AVAILABLE"})
         trickler.connect(("127.0.0.1", server.rest_port))
         # 1. A request blocked inside Session.run (it has its whole body).
-        waited: list[httpx.Response] = []
-
-        def wait_request() -> None:
-            with httpx.Client(base_url=server.base_url, timeout=WAIT_S) as http:
-                body = {"signature_name": "wait", "instances": [7.0]}
-                waited.append(http.post("/v1/models/gate:predict", json=body))
-
-        waiter = threading.Thread(target=wait_request)
-        waiter.start()
-
-        def arrivals() -> int:
-            body = {"signature_name": "arrivals", "instances": [0.0]}
-            return int(server.client.post("/v1/models/gate:predict", json=body).json()["predictions"][0])
-
-        wait_until(lambda: arrivals() == 1, WAIT_S, "the wait request inside the model")
+        waiter, waited = block_in_gate(server)
 
         # 2. A client trickling a body, one byte every 0.2 s (bounded), for as long as it may.
         head, _ = http_request("POST", "/v1/models/gate:predict", b" " * 1000)
