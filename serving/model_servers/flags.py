@@ -17,7 +17,8 @@ Differences, on purpose:
   batch threads) use :func:`schedulable_cpus` too.
 * Request limits TF Serving does not have (it reads any REST body and head, however large or
   slow): ``--rest_api_max_body_bytes``, ``--rest_api_max_header_bytes``,
-  ``--rest_api_body_read_timeout_in_ms``, ``--max_request_elements``; see
+  ``--rest_api_body_read_timeout_in_ms``, ``--rest_api_max_buffered_body_bytes``,
+  ``--rest_api_shutdown_body_read_timeout_in_ms``, ``--max_request_elements``; see
   :class:`~serving.util.request_limits.RequestLimits`. gRPC's message limit stays TF Serving's.
 * Flags for features not built (platform config, GPU memory...) are accepted and
   stored so existing command lines keep working; :func:`unimplemented_flags` names the ones set.
@@ -87,6 +88,8 @@ DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 DEFAULT_MAX_HEADER_BYTES = 64 * 1024
 DEFAULT_BODY_READ_TIMEOUT_MS = 30_000
 DEFAULT_MAX_REQUEST_ELEMENTS = 16 * 1024 * 1024
+DEFAULT_MAX_BUFFERED_BODY_BYTES = 64 * 1024 * 1024
+DEFAULT_SHUTDOWN_BODY_READ_TIMEOUT_MS = 5_000
 
 
 @dataclass(frozen=True)
@@ -155,14 +158,28 @@ class ServerOptions:
         DEFAULT_MAX_HEADER_BYTES,
         "(ours) Largest HTTP/REST request head (request line and headers), in bytes; a "
         "larger one is answered 431 before it is parsed past the limit, and its connection "
-        "closed. A URL over 65,535 bytes is answered 414 whatever this allows (the HTTP "
-        "parser's own limit).",
+        "closed. When this is above 64 KiB, a URL over 65,535 bytes is answered 414 (the HTTP "
+        "parser's own limit); under it such a URL makes the head too large first (431).",
     )
     rest_api_body_read_timeout_in_ms: int = _flag(
         DEFAULT_BODY_READ_TIMEOUT_MS,
         "(ours) Time a client has to send a request's head, and then its whole body, over "
         "HTTP/REST, in milliseconds; past it the request is answered 408 and its connection "
         "closed. 0: no timeout (as in TF Serving, a client may send as slowly as it likes).",
+    )
+    rest_api_max_buffered_body_bytes: int = _flag(
+        DEFAULT_MAX_BUFFERED_BODY_BYTES,
+        "(ours) Most bytes of HTTP/REST request bodies being received at once, over all "
+        "connections (bodies under 64 KiB are not counted); a body that does not fit, by its "
+        "Content-Length or as a chunked body grows, is answered 503 at once and its connection "
+        "closed. Bodies larger than this are never accepted. 0: no limit.",
+    )
+    rest_api_shutdown_body_read_timeout_in_ms: int = _flag(
+        DEFAULT_SHUTDOWN_BODY_READ_TIMEOUT_MS,
+        "(ours) Once the server is shutting down (SIGTERM), time an HTTP/REST request still "
+        "receiving its body has left to receive it, in milliseconds; then it is answered 503 "
+        "and its connection closed, so a slow client cannot hold the shutdown. Requests that "
+        "have their body finish. 0: closed at once.",
     )
     max_request_elements: int = _flag(
         DEFAULT_MAX_REQUEST_ELEMENTS,
@@ -353,10 +370,18 @@ def parse_flags(argv: Sequence[str]) -> ServerOptions:
         "rest_api_max_body_bytes",
         "rest_api_max_header_bytes",
         "rest_api_body_read_timeout_in_ms",
+        "rest_api_max_buffered_body_bytes",
+        "rest_api_shutdown_body_read_timeout_in_ms",
         "max_request_elements",
     ):
         if getattr(options, name) < 0:
             raise FlagError(f"--{name} must be >= 0")
+    budget, max_body = options.rest_api_max_buffered_body_bytes, options.rest_api_max_body_bytes
+    if budget and max_body and budget < max_body:
+        raise FlagError(
+            "--rest_api_max_buffered_body_bytes must be at least --rest_api_max_body_bytes "
+            "(or 0): a larger body would never be accepted"
+        )
     if options.rest_api_max_header_bytes < 1024:
         raise FlagError("--rest_api_max_header_bytes must be at least 1024")
     if options.rest_api_num_threads < 0:
@@ -386,6 +411,8 @@ def request_limits(options: ServerOptions) -> RequestLimits:
         max_header_bytes=options.rest_api_max_header_bytes,
         read_timeout_s=(options.rest_api_body_read_timeout_in_ms / 1000) or None,
         max_elements=options.max_request_elements or None,
+        max_buffered_body_bytes=options.rest_api_max_buffered_body_bytes or None,
+        shutdown_read_timeout_s=options.rest_api_shutdown_body_read_timeout_in_ms / 1000,
     )
 
 

@@ -7,7 +7,7 @@ the Prometheus metrics as TF Serving's HTTP server does. Every error is ``{"erro
 with the HTTP status of :data:`serving.util.errors.HTTP_STATUS` (``ToHTTPStatusCode``), produced by
 one exception handler; an unexpected exception is a 500 with ``Internal error: ...``. A request
 over one of the request limits (:mod:`serving.model_servers.http_limits`) is answered with the
-limit's status (413, 431, 408) in the same body, and its connection closed.
+limit's status (413, 431, 408, 503) in the same body, and its connection closed.
 
 :class:`RestServer` runs it: uvicorn on a socket :func:`bind` bound at start-up, without its own
 signal handling (the server owns the signals).

@@ -104,12 +104,13 @@ class LimitExceeded(ServingError):
     ``--max_request_elements``, ...): refused before it costs more, and counted by ``reason``.
 
     ``code`` is the gRPC status (``RESOURCE_EXHAUSTED``, as gRPC answers a message over its size
-    limit; ``DEADLINE_EXCEEDED`` for a body that arrives too slowly); ``http_status`` is the
-    REST answer, the status HTTP has for the case (413, 431, 408) rather than the code's row of
+    limit; ``DEADLINE_EXCEEDED`` for a body that arrives too slowly; ``UNAVAILABLE`` while the
+    server is busy receiving other bodies or shutting down); ``http_status`` is the REST answer,
+    the status HTTP has for the case (413, 431, 408, 503) rather than the code's row of
     :data:`HTTP_STATUS` (429 is for clients sending too often, not too much).
     ``reason`` is the ``reason`` label of ``:tensorflow:serving:request_limit_exceeded_count``
     (:mod:`serving.util.metrics`): ``body_bytes``, ``header_bytes``, ``read_timeout``,
-    ``elements``.
+    ``buffered_bytes``, ``shutdown``, ``elements``.
     """
 
     def __init__(self, code: Code, message: str, *, reason: str, http_status: int) -> None:
@@ -119,7 +120,7 @@ class LimitExceeded(ServingError):
 
     @property
     def http_status(self) -> int:
-        """The REST status for this limit (413, 431, 408)."""
+        """The REST status for this limit (413, 431, 408, 503)."""
         return self._http_status
 
     def __reduce__(self) -> tuple[Any, ...]:

@@ -120,6 +120,28 @@ def read_response(sock: socket.socket, buffer: bytearray) -> tuple[int, bytes]:
     return int(lines[0].split()[1]), rest[:length]
 
 
+def block_in_gate(server: ServingProcess) -> tuple[threading.Thread, list[httpx.Response]]:
+    """A REST request to ``gate``'s ``wait`` signature, on its own thread, returned once it is
+    blocked inside ``Session.run``; its response is appended to the list when released."""
+    waited: list[httpx.Response] = []
+
+    def wait_request() -> None:
+        with httpx.Client(base_url=server.base_url, timeout=WAIT_S) as http:
+            body = {"signature_name": "wait", "instances": [7.0]}
+            waited.append(http.post("/v1/models/gate:predict", json=body))
+
+    waiter = threading.Thread(target=wait_request)
+    waiter.start()
+
+    def arrivals() -> int:
+        body = {"signature_name": "arrivals", "instances": [0.0]}
+        response = server.client.post("/v1/models/gate:predict", json=body)
+        return int(response.json()["predictions"][0])
+
+    wait_until(lambda: arrivals() == 1, WAIT_S, "the wait request inside the model")
+    return waiter, waited
+
+
 def test_sigterm_finishes_in_flight_requests_and_exits_zero(server: ServingProcess) -> None:
     # 1. Load on another model, bounded in count and time; each outcome is kept.
     stop_load = threading.Event()
@@ -146,22 +168,7 @@ def test_sigterm_finishes_in_flight_requests_and_exits_zero(server: ServingProce
     wait_until(lambda: all(len(o) >= 10 for o in outcomes), WAIT_S, "load")
 
     # 2. A request blocked inside Session.run.
-    waited: list[httpx.Response] = []
-
-    def wait_request() -> None:
-        with httpx.Client(base_url=server.base_url, timeout=WAIT_S) as http:
-            body = {"signature_name": "wait", "instances": [7.0]}
-            waited.append(http.post("/v1/models/gate:predict", json=body))
-
-    waiter = threading.Thread(target=wait_request)
-    waiter.start()
-
-    def arrivals() -> int:
-        body = {"signature_name": "arrivals", "instances": [0.0]}
-        response = server.client.post("/v1/models/gate:predict", json=body)
-        return int(response.json()["predictions"][0])
-
-    wait_until(lambda: arrivals() == 1, WAIT_S, "the wait request inside the model")
+    waiter, waited = block_in_gate(server)
 
     # 3. A connection whose next request (the release) has started: status + release headers.
     release_body = json.dumps({"signature_name": "release", "instances": [1.0]}).encode()
@@ -208,6 +215,86 @@ def test_sigterm_finishes_in_flight_requests_and_exits_zero(server: ServingProce
     log = server.log()
     assert "Shutting down: draining in-flight requests" in log
     assert "Server stopped" in log
+
+
+SHUTDOWN_BODY_S = 1.0  # --rest_api_shutdown_body_read_timeout_in_ms in the test below
+
+
+def test_sigterm_closes_a_trickling_body_and_finishes_the_request_in_flight(
+    models: Path, tmp_path: Path
+) -> None:
+    """With no body read timeout, a client trickling a body does not hold the shutdown: it is
+    answered 503 once the shutdown's body timeout is over, while a request inside the model at
+    SIGTERM, past that timeout, still gets its answer."""
+    import grpc
+    import tensorflow as tf
+    from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+
+    grpc_port = free_port()
+    server = ServingProcess(
+        models / "models.config",
+        tmp_path / "server.log",
+        f"--port={grpc_port}",
+        "--rest_api_body_read_timeout_in_ms=0",
+        f"--rest_api_shutdown_body_read_timeout_in_ms={int(SHUTDOWN_BODY_S * 1000)}",
+    )
+    channel = grpc.insecure_channel(f"127.0.0.1:{grpc_port}")
+    trickler = socket.socket()
+    trickler.settimeout(WAIT_S)
+    stop_trickling = threading.Event()
+    try:
+        server.wait_for_states("gate", {1: "AVAILABLE"})
+        trickler.connect(("127.0.0.1", server.rest_port))
+        # 1. A request blocked inside Session.run (it has its whole body).
+        waiter, waited = block_in_gate(server)
+
+        # 2. A client trickling a body, one byte every 0.2 s (bounded), for as long as it may.
+        head, _ = http_request("POST", "/v1/models/gate:predict", b" " * 1000)
+        trickler.sendall(head)
+
+        def trickle() -> None:
+            for _ in range(int(WAIT_S / 0.2)):
+                if stop_trickling.wait(0.2):
+                    return
+                try:
+                    trickler.sendall(b" ")
+                except OSError:
+                    return
+
+        trickling = threading.Thread(target=trickle)
+        trickling.start()
+        time.sleep(0.5)
+
+        # 3. SIGTERM: the trickling body is answered 503 once the timeout is over.
+        signalled = time.monotonic()
+        server.process.send_signal(signal.SIGTERM)
+        status, body = read_response(trickler, bytearray())
+        answered_after = time.monotonic() - signalled
+        assert status == 503
+        assert json.loads(body) == {
+            "error": f"Server is shutting down: request body not received within "
+            f"{SHUTDOWN_BODY_S * 1000:.0f} ms of it (--rest_api_shutdown_body_read_timeout_in_ms)"
+        }
+        assert SHUTDOWN_BODY_S - 0.2 <= answered_after < SHUTDOWN_BODY_S + 5.0
+
+        # 4. The request in the model is still being waited for, past that timeout. REST drains
+        # before gRPC stops (server.run), so gRPC can release it.
+        time.sleep(0.5)
+        assert server.process.poll() is None and not waited
+        request = predict_pb2.PredictRequest()
+        request.model_spec.name = "gate"
+        request.model_spec.signature_name = "release"
+        request.inputs["x"].CopyFrom(tf.make_tensor_proto([1.0], dtype=tf.float32))
+        prediction_service_pb2_grpc.PredictionServiceStub(channel).Predict(request, timeout=WAIT_S)
+        waiter.join(WAIT_S)
+        assert len(waited) == 1
+        assert (waited[0].status_code, waited[0].json()) == (200, {"predictions": [7.0]})
+        assert server.process.wait(WAIT_S) == 0, server.log()
+    finally:
+        stop_trickling.set()
+        trickler.close()
+        channel.close()
+        server.stop(signal.SIGKILL)
 
 
 def run_serving(*flags: str) -> subprocess.CompletedProcess[str]:

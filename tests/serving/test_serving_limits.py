@@ -428,3 +428,23 @@ def test_flags_refuse_negative_limits() -> None:
     assert flags.request_limits(parsed).read_timeout_s is None
     parsed = flags.parse_flags(["--model_base_path=/m", "--rest_api_body_read_timeout_in_ms", "250"])
     assert flags.request_limits(parsed).read_timeout_s == 0.25
+
+
+def test_flags_of_the_buffered_bodies_and_the_shutdown() -> None:
+    from serving.model_servers import flags
+
+    limits = flags.request_limits(flags.parse_flags(["--model_base_path=/m"]))
+    assert (limits.max_buffered_body_bytes, limits.shutdown_read_timeout_s) == (64 * 1024 * 1024, 5.0)
+    parsed = flags.parse_flags(
+        [
+            "--model_base_path=/m",
+            "--rest_api_max_buffered_body_bytes=0",
+            "--rest_api_shutdown_body_read_timeout_in_ms=0",
+        ]
+    )
+    limits = flags.request_limits(parsed)
+    assert (limits.max_buffered_body_bytes, limits.shutdown_read_timeout_s) == (None, 0.0)
+    with pytest.raises(flags.FlagError, match="must be at least --rest_api_max_body_bytes"):
+        flags.parse_flags(["--model_base_path=/m", "--rest_api_max_buffered_body_bytes=1000"])
+    with pytest.raises(flags.FlagError, match="--rest_api_shutdown_body_read_timeout_in_ms must be >= 0"):
+        flags.parse_flags(["--model_base_path=/m", "--rest_api_shutdown_body_read_timeout_in_ms=-1"])
