@@ -3,7 +3,7 @@
 PSS (proportional set size) counts each resident page divided by the number of
 processes mapping it, so the PSS of a tree sums to the memory the tree really costs:
 TensorFlow's library pages shared by several workers are counted once, not once per
-worker as RSS would (FACTS.md: naive 1,773 MB RSS against 1,019 MB PSS). It is the
+worker as RSS would (measured for the naive setup: 1,773 MB RSS against 1,019 MB PSS). It is the
 figure a container's memory limit is closest to. smaps_rollup needs Linux >= 4.14.
 
 PSS divides a shared page among every process that maps it, inside the setup or not:

@@ -7,7 +7,8 @@ TensorFlow and Keras and loads the model itself):
 
 This is the common first deployment of a Keras model behind FastAPI, kept faithful on
 purpose: `model.predict` is a blocking call of tens of milliseconds (it builds a
-`tf.data` pipeline and a callback list for every call, FACTS.md: 55 ms for one row) run
+`tf.data` pipeline and a callback list for every call: 55 ms for one row, measured on a
+2-core machine) run
 on the event loop, so each worker serves one request at a time and everything else
 queues behind it. The model is the SavedModel in TF Serving's layout, wrapped as a
 Keras model with `keras.layers.TFSMLayer` so that `.predict` is what runs.

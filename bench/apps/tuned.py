@@ -10,11 +10,11 @@ Run as the benchmark does (workers = cores, imports preloaded, one TF/OMP thread
 - The model runs through `tf.compat.v1.Session.make_callable` over the SavedModel's
   `serve` MetaGraph, feeding and fetching the SignatureDef's tensor names — the way
   TF Serving runs a SavedModel, and about 200× cheaper per call than `model.predict`
-  (FACTS.md: 0.28 ms against 55 ms for one row).
+  (0.28 ms against 55 ms for one row, measured on a 2-core machine).
 - `--preload` imports TensorFlow once in the gunicorn master so the workers share those
   pages; the Session (and its thread pools) is created in the lifespan, which runs in
   each worker after fork. A Session created before fork hangs the forked workers at
-  their first request (FACTS.md).
+  their first request (TensorFlow's thread pools do not survive fork).
 - One intra-op and one inter-op thread per worker: with workers = cores, more threads
   only contend for the same cores.
 """
@@ -47,7 +47,7 @@ class SessionModel:
     """One SignatureDef of a SavedModel as a callable, run through a TF1-style Session.
 
     Loads with `tf.compat.v1.saved_model.loader.load` (works for Keras 3 exports and for
-    TF1-style SavedModels that `tf.saved_model.load` rejects, FACTS.md) and builds one
+    TF1-style SavedModels that `tf.saved_model.load` rejects) and builds one
     `Session.make_callable` from the signature's input to its output tensor. Safe to call
     from several threads at once (Session.run is thread-safe).
     """
