@@ -46,7 +46,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from serving.model_servers.http_rest_api_handler import error_json
 from serving.util.errors import LimitExceeded
-from serving.util.malloc_trim import LARGE_REQUEST_BYTES, MallocTrimmer
+from serving.util.malloc_trim import MallocTrimmer
 from serving.util.request_limits import (
     MAX_URI_BYTES,
     UNCOUNTED_BODY_BYTES,
@@ -264,7 +264,6 @@ class RequestLimitsMiddleware:
         # malloc_trim(0) brought it back to 727 MB. One trim per 16 MiB of bodies released (at
         # most one a second, on its own thread).
         self._trimmer = MallocTrimmer() if budget is not None else None
-        self._released = 0  # bytes of counted bodies since the last trim
         self._on_limit = on_limit
         self._headers = [(b"content-type", b"application/json"), (b"connection", b"close")]
         self._headers += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
@@ -290,10 +289,8 @@ class RequestLimitsMiddleware:
             await self._app(scope, body.receive, send)
         finally:
             body.release()  # the connection dropped, or the app answered without the whole body
-            self._released += body.counted
-            if self._trimmer is not None and self._released >= LARGE_REQUEST_BYTES:
-                self._released = 0
-                self._trimmer.large_request_done()
+            if self._trimmer is not None:
+                self._trimmer.released(body.counted)
 
     async def _refuse(self, error: LimitExceeded, send: Send) -> None:
         self._on_limit(error)

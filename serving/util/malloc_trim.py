@@ -52,6 +52,7 @@ class MallocTrimmer:
         self._delay_s = delay_s
         self._lock = threading.Lock()
         self._pending = False
+        self._released = 0  # bytes passed to released() since the last trim they caused
 
     def large_request_done(self) -> None:
         """A large request has been answered: trim soon (unless a trim is already due)."""
@@ -64,6 +65,18 @@ class MallocTrimmer:
         timer = threading.Timer(self._delay_s, self._run)
         timer.daemon = True
         timer.start()
+
+    def released(self, nbytes: int) -> None:
+        """``nbytes`` of request memory were freed: trim once :data:`LARGE_REQUEST_BYTES` of them
+        add up (many medium requests, such as REST bodies, can leave as much behind as one large)."""
+        if self._trim is None or nbytes <= 0:
+            return
+        with self._lock:
+            self._released += nbytes
+            if self._released < LARGE_REQUEST_BYTES:
+                return
+            self._released = 0
+        self.large_request_done()
 
     def _run(self) -> None:
         with self._lock:
