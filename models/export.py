@@ -5,19 +5,27 @@ Shared by the example models' training scripts (`models.train_fraud`,
 `publish`es it: the committed export is kept when the new one answers the probe inputs
 identically, bit for bit (TensorFlow does not write the same SavedModel bytes twice: the
 graph's nodes and the checkpoint's entries come out in another order on each run, so a
-byte comparison would always differ). Writes TF Serving's layout for one version:
+byte comparison would always differ). Bit for bit holds only between machines whose
+kernels run the same instruction set (`models.kernels`): each export records the one it
+was trained on, and an export trained on the other kind is held to a tolerance instead
+(`CrossKindTolerance`). Writes TF Serving's layout for one version:
 
     <version_dir>/saved_model.pb, variables/             the servable (tag "serve")
     <version_dir>/assets.extra/tf_serving_warmup_requests
                                                          PredictionLog records that TF
                                                          Serving replays at load time
                                                          with --enable_model_warmup
+    <version_dir>/assets.extra/trained_on.json           the kernels' instruction set it
+                                                         was trained with (TF Serving
+                                                         ignores other assets.extra files)
 """
 
 from __future__ import annotations
 
+import json
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import keras
@@ -26,8 +34,11 @@ import tensorflow as tf
 from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
 
+from models.kernels import kernel_isa
+
 WARMUP_FILE = "tf_serving_warmup_requests"
 WARMUP_BATCH_SIZES: tuple[int, ...] = (1, 8, 64)
+TRAINED_ON_FILE = "trained_on.json"
 
 
 def export_servable(
@@ -105,28 +116,90 @@ def staging_dir(version_dir: Path) -> Path:
     return version_dir.parent / f".{version_dir.name}.incoming"
 
 
-def publish(staged: Path, version_dir: Path, *, signature_name: str, probe: Mapping[str, np.ndarray]) -> str:
+@dataclass(frozen=True)
+class CrossKindTolerance:
+    """How close an export trained with another kind of kernels must come to the committed one.
+
+    Between kinds (`models.kernels.kernel_isa` differs) the weights differ in their last
+    bits and training carries that into the outputs, so the new export is compared by what
+    it decides, not bit for bit: the committed export is kept when both decide alike on at
+    least `min_agreement` of the probe rows and their outputs differ by at most
+    `max_mean_abs_difference` on average.
+
+    Attributes:
+        decide: a model's outputs (output key -> [rows, ...] array) -> one decision per row
+            (a class, a flag).
+        min_agreement: fraction of probe rows, 0..1.
+        max_mean_abs_difference: mean over every output element, in the outputs' own units.
+    """
+
+    decide: Callable[[Mapping[str, np.ndarray]], np.ndarray]
+    min_agreement: float
+    max_mean_abs_difference: float
+
+
+def publish(
+    staged: Path,
+    version_dir: Path,
+    *,
+    signature_name: str,
+    probe: Mapping[str, np.ndarray],
+    tolerance: CrossKindTolerance,
+) -> str:
     """Make `staged` the export at `version_dir`, unless the one there already answers alike.
 
-    Both SavedModels run `signature_name` on `probe` (input key -> rows); when every output
-    is equal to the last bit, `version_dir` is kept and `staged` removed, else `staged`
-    replaces it (renamed: atomic on one file system).
+    Both SavedModels run `signature_name` on `probe` (input key -> rows). When the committed
+    export was trained with the same kernels as this process (`trained_on.json`), it is kept
+    only when every output is equal to the last bit; when it was trained with another
+    instruction set, it is kept when the outputs are within `tolerance`. Otherwise `staged`
+    replaces it (renamed: atomic on one file system) with this machine's kernels recorded.
 
     Returns:
         what happened, one line for the script's output.
     """
-    if version_dir.exists():
-        old, new = _outputs(version_dir, signature_name, probe), _outputs(staged, signature_name, probe)
-        if old.keys() == new.keys() and all(np.array_equal(old[k], new[k]) for k in old):
-            shutil.rmtree(staged)
-            rows = len(next(iter(probe.values())))
-            return f"kept {version_dir}: the new export's outputs are identical to the bit on {rows} probe rows"
-        worst = max(float(np.max(np.abs(old[k] - new[k]))) for k in old if k in new and old[k].shape == new[k].shape)
-        shutil.rmtree(version_dir)
+    isa = kernel_isa()
+    _write_trained_on(staged, isa)
+    if not version_dir.exists():
         staged.rename(version_dir)
-        return f"replaced {version_dir}: outputs differ from the previous export (max |difference| {worst:.3g})"
+        return f"exported {version_dir} (kernels: {isa})"
+    old, new = _outputs(version_dir, signature_name, probe), _outputs(staged, signature_name, probe)
+    rows = len(next(iter(probe.values())))
+    same_keys = old.keys() == new.keys() and all(old[k].shape == new[k].shape for k in old)
+    if same_keys and all(np.array_equal(old[k], new[k]) for k in old):
+        shutil.rmtree(staged)
+        return f"kept {version_dir}: the new export's outputs are identical to the bit on {rows} probe rows"
+    committed_isa = trained_on(version_dir)
+    if same_keys and committed_isa is not None and committed_isa != isa:
+        agreement = float(np.mean(tolerance.decide(old) == tolerance.decide(new)))
+        mean_abs = float(np.mean(np.concatenate([np.abs(old[k] - new[k]).ravel() for k in old])))
+        if agreement >= tolerance.min_agreement and mean_abs <= tolerance.max_mean_abs_difference:
+            shutil.rmtree(staged)
+            return (
+                f"kept {version_dir}: trained with other kernels ({isa}; the export's: {committed_isa}), "
+                f"the new export's outputs are within the cross-kind tolerance on {rows} probe rows "
+                f"(decisions agree on {agreement:.2%}, mean |difference| {mean_abs:.2g} "
+                f"<= {tolerance.max_mean_abs_difference:g})"
+            )
+    worst = max((float(np.max(np.abs(old[k] - new[k]))) for k in old if k in new and old[k].shape == new[k].shape),
+                default=float("nan"))
+    shutil.rmtree(version_dir)
     staged.rename(version_dir)
-    return f"exported {version_dir}"
+    return f"replaced {version_dir}: outputs differ from the previous export (max |difference| {worst:.3g})"
+
+
+def trained_on(version_dir: Path) -> str | None:
+    """The kernels' instruction set `version_dir` was trained with (`trained_on.json`), if recorded."""
+    path = version_dir / "assets.extra" / TRAINED_ON_FILE
+    if not path.exists():
+        return None
+    return str(json.loads(path.read_text())["kernel_isa"])
+
+
+def _write_trained_on(version_dir: Path, isa: str) -> None:
+    extra = version_dir / "assets.extra"
+    extra.mkdir(parents=True, exist_ok=True)
+    record = {"kernel_isa": isa, "tensorflow": tf.__version__}
+    (extra / TRAINED_ON_FILE).write_text(json.dumps(record, indent=2) + "\n")
 
 
 def _outputs(export_dir: Path, signature_name: str, probe: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -21,9 +21,13 @@ Signature `serving_default` (stable, documented in the README):
     outputs: probabilities  float32 [batch, 10]       softmax over the digits 0..9
 
 Model: Rescaling(1/16) → Conv 3×3 16 → Conv 3×3 32 → max-pool 2×2 → dropout →
-Dense 10 softmax. Seeds are fixed, ops deterministic, one thread and TensorFlow's own
-kernels (oneDNN off), so the script reproduces the committed version: the same outputs to the last
-float32 bit, which it checks before it keeps the committed files (`models.export.publish`).
+Dense 10 softmax. Seeds are fixed, ops deterministic and one thread, so on a machine whose
+kernels run the instruction set the committed export was trained with (`models.kernels`) the
+script reproduces it: the same outputs to the last float32 bit, which it checks before it
+keeps the committed files (`models.export.publish`). On the other kind (AVX2 vs AVX-512) it
+reproduces the accuracy and every digit's class, within `CROSS_KIND` (measured under
+`ONEDNN_MAX_CPU_ISA=AVX2`: 900 of 900 probe rows classified alike, mean |difference| of the
+probabilities 5.4e-4, max 0.32).
 """
 
 from __future__ import annotations
@@ -33,9 +37,9 @@ import os
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-# One set of kernels on every x86 CPU: oneDNN picks its code by the CPU's instruction set
-# (AVX-512 or AVX2), so the same seed trains other weights on Intel and AMD hosts; TensorFlow's
-# Eigen kernels are the same code everywhere. Before TensorFlow is imported.
+# Fewer kernels that depend on the CPU: oneDNN's graph rewrites and custom ops off (before
+# TensorFlow is imported). Matrix products still run on oneDNN's sgemm, which picks its code by
+# the instruction set (models.kernels): that is what differs between kinds of CPU.
 os.environ["TF_ENABLE_ONEDNN_OPTS"] = "0"
 
 import keras  # noqa: E402
@@ -44,7 +48,7 @@ import tensorflow as tf  # noqa: E402
 
 from api.examples.digits.images import DIGIT_SIDE  # noqa: E402
 from models.digits_data import SEED, as_served, load_split  # noqa: E402
-from models.export import export_servable, publish, staging_dir, write_warmup  # noqa: E402
+from models.export import CrossKindTolerance, export_servable, publish, staging_dir, write_warmup  # noqa: E402
 
 MODEL_NAME = "digits"
 INPUT_NAME = "image"
@@ -52,6 +56,13 @@ OUTPUT_NAME = "probabilities"
 SIGNATURE = "serving_default"
 N_CLASSES = 10
 INPUT_SHAPE = (DIGIT_SIDE, DIGIT_SIDE, 1)
+# Between kinds of kernels: the same class for 99 % of the probe rows, and a mean difference
+# of the probabilities ten times what was measured between AVX-512 and AVX2 (5.4e-4).
+CROSS_KIND = CrossKindTolerance(
+    decide=lambda outputs: np.argmax(outputs[OUTPUT_NAME], axis=1),
+    min_agreement=0.99,
+    max_mean_abs_difference=0.005,
+)
 
 
 def build_model() -> keras.Model:
@@ -117,7 +128,7 @@ def main() -> None:
         inputs={INPUT_NAME: test_served[:64]},
     )
     probe = {INPUT_NAME: np.concatenate([test_served, test_raw]).astype(np.float32)}
-    print(publish(staged, version_dir, signature_name=SIGNATURE, probe=probe))
+    print(publish(staged, version_dir, signature_name=SIGNATURE, probe=probe, tolerance=CROSS_KIND))
     print(f"signature {SIGNATURE}: {INPUT_NAME} -> {OUTPUT_NAME}")
 
 

@@ -16,9 +16,12 @@ Signature `serving_default` (stable, documented in the README):
     inputs:  features     float32 [batch, N_FEATURES]  in api.examples.fraud.features.FEATURE_NAMES order
     outputs: fraud_score  float32 [batch, 1]           probability of fraud, 0..1
 
-Seeds are fixed, ops deterministic, one thread and TensorFlow's own kernels (oneDNN off), so the
-script reproduces the committed version: the same outputs to the last float32 bit, which
-it checks before it keeps the committed files (`models.export.publish`).
+Seeds are fixed, ops deterministic and one thread, so on a machine whose kernels run the
+instruction set the committed export was trained with (`models.kernels`) the script reproduces
+it: the same outputs to the last float32 bit, which it checks before it keeps the committed
+files (`models.export.publish`). On the other kind (AVX2 vs AVX-512) it reproduces the AUC and
+every decision, within `CROSS_KIND` (measured under `ONEDNN_MAX_CPU_ISA=AVX2`: 20,000 of 20,000
+held-out rows decided alike, max |difference| of the scores 3.6e-7).
 """
 
 from __future__ import annotations
@@ -28,9 +31,9 @@ import os
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-# One set of kernels on every x86 CPU: oneDNN picks its code by the CPU's instruction set
-# (AVX-512 or AVX2), so the same seed trains other weights on Intel and AMD hosts; TensorFlow's
-# Eigen kernels are the same code everywhere. Before TensorFlow is imported.
+# Fewer kernels that depend on the CPU: oneDNN's graph rewrites and custom ops off (before
+# TensorFlow is imported). Matrix products still run on oneDNN's sgemm, which picks its code by
+# the instruction set (models.kernels): that is what differs between kinds of CPU.
 os.environ["TF_ENABLE_ONEDNN_OPTS"] = "0"
 
 import keras  # noqa: E402
@@ -39,10 +42,18 @@ import tensorflow as tf  # noqa: E402
 
 from api.examples.fraud.features import FEATURE_NAMES, N_FEATURES, extract_batch  # noqa: E402
 from api.examples.fraud.schemas import Transaction  # noqa: E402
-from models.export import export_servable, publish, staging_dir, write_warmup  # noqa: E402
+from models.export import CrossKindTolerance, export_servable, publish, staging_dir, write_warmup  # noqa: E402
 from models.transactions import generate_transactions  # noqa: E402
 
 SEED = 20261129
+# Between kinds of kernels: the same decision (score >= 0.5) for 99 % of the probe rows, and a
+# mean difference of the scores no larger than the digits example allows (fraud measured 2.5e-9
+# between AVX-512 and AVX2, the transformer 1.5e-4).
+CROSS_KIND = CrossKindTolerance(
+    decide=lambda outputs: outputs["fraud_score"][:, 0] >= 0.5,
+    min_agreement=0.99,
+    max_mean_abs_difference=0.005,
+)
 INPUT_NAME = "features"
 OUTPUT_NAME = "fraud_score"
 SIGNATURE = "serving_default"
@@ -132,7 +143,7 @@ def main() -> None:
     version_dir = args.output / str(args.version)
     staged = staging_dir(version_dir)
     export(model, staged, test_x[:64])
-    print(publish(staged, version_dir, signature_name=SIGNATURE, probe={INPUT_NAME: test_x}))
+    print(publish(staged, version_dir, signature_name=SIGNATURE, probe={INPUT_NAME: test_x}, tolerance=CROSS_KIND))
     print(f"signature {SIGNATURE}: {INPUT_NAME} -> {OUTPUT_NAME}")
 
 

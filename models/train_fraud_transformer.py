@@ -27,9 +27,11 @@ Signature `serving_default` (stable, the fraud model's):
     inputs:  features     float32 [batch, N_FEATURES]  in api.examples.fraud.features order
     outputs: fraud_score  float32 [batch, 1]           probability of fraud, 0..1
 
-Seeds are fixed, ops deterministic, one thread and TensorFlow's own kernels (oneDNN off), so
-the script reproduces the committed version: the same outputs to the last float32 bit, which
-it checks before it keeps the committed files (`models.export.publish`).
+Seeds are fixed, ops deterministic and one thread, so on a machine whose kernels run the
+instruction set the committed export was trained with the script reproduces it bit for bit,
+and on the other kind within `models.train_fraud.CROSS_KIND` (measured under
+`ONEDNN_MAX_CPU_ISA=AVX2`: 19,998 of 20,000 held-out rows decided alike, mean |difference| of
+the scores 1.5e-4, max 0.02), as `models.export.publish` checks.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ import os
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-# The same kernels on every x86 CPU, as models.train_fraud explains: before TensorFlow loads.
+# Fewer kernels that depend on the CPU, as models.train_fraud explains: before TensorFlow loads.
 os.environ["TF_ENABLE_ONEDNN_OPTS"] = "0"
 
 import keras  # noqa: E402
@@ -48,6 +50,7 @@ import tensorflow as tf  # noqa: E402
 from api.examples.fraud.features import N_FEATURES  # noqa: E402
 from models.export import export_servable, publish, staging_dir, write_warmup  # noqa: E402
 from models.train_fraud import (  # noqa: E402
+    CROSS_KIND,
     INPUT_NAME,
     OUTPUT_NAME,
     SIGNATURE,
@@ -142,7 +145,7 @@ def main() -> None:
         signature_name=SIGNATURE,
         inputs={INPUT_NAME: test_x[:64]},
     )
-    print(publish(staged, version_dir, signature_name=SIGNATURE, probe={INPUT_NAME: test_x}))
+    print(publish(staged, version_dir, signature_name=SIGNATURE, probe={INPUT_NAME: test_x}, tolerance=CROSS_KIND))
     print(f"signature {SIGNATURE}: {INPUT_NAME} -> {OUTPUT_NAME}")
 
 
