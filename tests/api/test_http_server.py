@@ -26,7 +26,7 @@ import uvicorn
 from gunicorn.config import Config as GunicornConfig
 
 from api.http_server import ApiHttpProtocol, ConnectionLimits
-from api.http_server.connections import ConnectionRegistry
+from api.http_server.connections import ConnectionRegistry, registry_for
 from tests.support import free_port, wait_until
 
 
@@ -71,10 +71,12 @@ class Running:
     server: uvicorn.Server
     app: StandInApp
     port: int
+    limits: ConnectionLimits
 
     def registry(self) -> ConnectionRegistry:
-        (conn,) = list(self.server.server_state.connections)[:1]
-        return conn.registry  # type: ignore[union-attr]
+        """The server's registry: kept per server, so it outlives every connection (a test
+        reads it after the connection it counted has closed)."""
+        return registry_for(self.server.server_state, self.limits.max_connections)
 
     def call(self, fn: Any) -> None:
         """Run `fn()` on the server's loop and wait for it."""
@@ -103,7 +105,7 @@ def serve(limits: ConnectionLimits, *, keepalive_s: int = 5) -> Iterator[Running
     thread.start()
     wait_until(lambda: server.started, 10, "uvicorn to start")
     try:
-        yield Running(server, app, port)
+        yield Running(server, app, port, limits)
     finally:
         if app.loop is not None and app.release is not None:
             app.loop.call_soon_threadsafe(app.release.set)
