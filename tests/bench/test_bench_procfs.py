@@ -97,8 +97,12 @@ def test_live_tree_cpu_and_memory() -> None:
 
 
 def test_cpu_meter_reads_a_busy_process_and_the_machine() -> None:
-    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    # The meter starts once the child spins: its interpreter's start-up is not what is measured
+    # (on a busy or slower CPU it can take most of the window).
+    spin = "import sys; sys.stdout.write('spinning\\n'); sys.stdout.flush()\nwhile True: pass"
+    busy = subprocess.Popen([sys.executable, "-c", spin], stdout=subprocess.PIPE, text=True)
     try:
+        assert busy.stdout is not None and busy.stdout.readline() == "spinning\n"
         meter = CpuMeter([busy.pid])
         time.sleep(0.5)
         reading = meter.read()
