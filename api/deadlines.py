@@ -1,7 +1,7 @@
 """Per-request time budgets: one `Deadline` from arrival to answer.
 
 Every request gets a budget (`REQUEST_TIMEOUT_S`); a caller may lower it, never raise
-it, with the `X-Request-Timeout-Ms` header. The deadline is fixed when the request
+it, with the `X-Request-Timeout-Ms` header (read by `api.limits`). The deadline is fixed when the request
 arrives, so receiving the body, validation and feature extraction spend from the same
 budget as the call to serving, whose timeout is whatever is left (the gRPC deadline or
 the REST call's timeout, see `api.serving_client`). A request whose budget runs out is
@@ -14,12 +14,8 @@ stretch a budget.
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from dataclasses import dataclass
-
-# The header a caller lowers its budget with: a positive integer, milliseconds.
-TIMEOUT_HEADER = "x-request-timeout-ms"
 
 
 class DeadlineExceeded(Exception):
@@ -80,32 +76,3 @@ class Deadline:
         if left <= 0.0:
             raise DeadlineExceeded(f"request deadline exceeded before {what}")
         return left
-
-
-def parse_timeout_header(value: str | None, default_s: float) -> float:
-    """The request's budget in seconds: `default_s`, lowered by `X-Request-Timeout-Ms`.
-
-    Args:
-        value: the header's value, or None when absent.
-        default_s: the configured budget (`REQUEST_TIMEOUT_S`), seconds, > 0.
-
-    Returns:
-        min(default_s, value / 1000). A larger header value, of any number of digits, does
-        not raise the budget: it is clamped.
-
-    Raises:
-        ValueError: the value is not a positive integer number of milliseconds; the
-            message says so (answered 422 by the caller).
-    """
-    if value is None:
-        return default_s
-    text = value.strip()
-    if not text.isascii() or not text.isdigit():
-        raise ValueError("must be a positive integer number of milliseconds")
-    digits = text.lstrip("0")
-    if not digits:
-        raise ValueError("must be a positive integer number of milliseconds")
-    if len(digits) > 12:  # over 31 years: above any budget (and never parsed as a huge int)
-        return default_s
-    budget = int(digits) / 1000.0
-    return budget if budget < default_s and math.isfinite(budget) else default_s

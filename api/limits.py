@@ -11,7 +11,7 @@ route runs, in this order, each answered in the API's error shape (`api.errors`)
    than a growing backlog whose answers come too late anyway. Probes and metrics
    (`EXEMPT_PATHS`) are never refused nor counted.
 2. Time budget: `REQUEST_TIMEOUT_S` from arrival, lowered by the caller's
-   `X-Request-Timeout-Ms` (`api.deadlines`); a malformed header is answered 422. A body
+   `X-Request-Timeout-Ms` (`parse_timeout_header`); a malformed header is answered 422. A body
    that has not fully arrived by the deadline is answered 408 `request_timeout` (uvicorn
    has no body-read timeout of its own).
 3. Body size: a body over `MAX_BODY_BYTES` (or its route's own limit) is answered 413
@@ -26,6 +26,7 @@ route runs, in this order, each answered in the API's error shape (`api.errors`)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -33,7 +34,8 @@ from typing import Final
 
 from python_multipart.multipart import parse_options_header
 
-from api.deadlines import TIMEOUT_HEADER, parse_timeout_header
+# The header a caller lowers its budget with: a positive integer, milliseconds.
+TIMEOUT_HEADER: Final = "x-request-timeout-ms"
 
 # Never refused for load: liveness/readiness must answer while the worker is busy,
 # and metrics are how the overload is seen.
@@ -85,6 +87,35 @@ class Limits:
             return parse_timeout_header(header, self.request_timeout_s)
         except ValueError as exc:
             raise BadTimeoutHeader(str(exc), header) from None
+
+
+def parse_timeout_header(value: str | None, default_s: float) -> float:
+    """The request's budget in seconds: `default_s`, lowered by `X-Request-Timeout-Ms`.
+
+    Args:
+        value: the header's value, or None when absent.
+        default_s: the configured budget (`REQUEST_TIMEOUT_S`), seconds, > 0.
+
+    Returns:
+        min(default_s, value / 1000). A larger header value, of any number of digits, does
+        not raise the budget: it is clamped.
+
+    Raises:
+        ValueError: the value is not a positive integer number of milliseconds; the
+            message says so (answered 422 by the caller).
+    """
+    if value is None:
+        return default_s
+    text = value.strip()
+    if not text.isascii() or not text.isdigit():
+        raise ValueError("must be a positive integer number of milliseconds")
+    digits = text.lstrip("0")
+    if not digits:
+        raise ValueError("must be a positive integer number of milliseconds")
+    if len(digits) > 12:  # over 31 years: above any budget (and never parsed as a huge int)
+        return default_s
+    budget = int(digits) / 1000.0
+    return budget if budget < default_s and math.isfinite(budget) else default_s
 
 
 class BadTimeoutHeader(ValueError):
