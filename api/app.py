@@ -24,7 +24,6 @@ import anyio
 from fastapi import FastAPI
 
 from api.cpu_budget import available_cpus
-from api.deadlines import Deadline
 from api.errors import install_error_handlers
 from api.in_flight import InFlightBoard
 from api.limits import Limits
@@ -37,7 +36,7 @@ from api.route_config import configure_routes, ignored_model_settings, load_rout
 from api.routes import health
 from api.routes.model import ModelEndpoint
 from api.scoring import ServedModel
-from api.serving_client import ServingClient, open_serving_client
+from api.serving_client import Deadline, ServingClient, open_serving_client
 from api.settings import Settings
 
 logger = logging.getLogger("api.app")

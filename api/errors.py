@@ -42,9 +42,9 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from api.deadlines import DeadlineExceeded
 from api.request_context import current_request
 from api.serving_client import (
+    DeadlineExceeded,
     ServingBadResponse,
     ServingError,
     ServingInternalError,

@@ -41,7 +41,6 @@ from starlette.responses import Response
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api.deadlines import Deadline
 from api.errors import RETRY_AFTER_S, error_response, response_for
 from api.in_flight import InFlightBoard
 from api.limits import BadTimeoutHeader, Limits, MultipartCloseWatch, declared_length
@@ -49,7 +48,7 @@ from api.logging_config import AccessLog
 from api.loop_monitor import LoopMonitor, route_of
 from api.metrics import UNMATCHED_ROUTE, ApiMetrics
 from api.request_context import REQUEST_ID_HEADER, RequestContext, bind, new_request_id, unbind
-from api.serving_client import ServingError
+from api.serving_client import Deadline, ServingError
 
 _REQUEST_ID_HEADER: Final = REQUEST_ID_HEADER.encode("ascii")
 # Methods used as a metric label as they are; any other token a client sends is "OTHER",

@@ -14,9 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from api.deadlines import Deadline
 from api.model_routes import Signature, TensorSpec
-from api.serving_client import ServingClient, ServingError, ServingNotFound, SignatureInfo, TensorInfo
+from api.serving_client import Deadline, ServingClient, ServingError, ServingNotFound, SignatureInfo, TensorInfo
 
 logger = logging.getLogger("api.readiness")
 

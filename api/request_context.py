@@ -34,7 +34,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 
-from api.deadlines import Deadline
+from api.serving_client import Deadline
 
 # The header a request id travels in, both ways, and the gRPC metadata key (metadata
 # keys must be lower case).

@@ -15,8 +15,9 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from api.deadlines import Deadline, DeadlineExceeded
 from api.serving_client import (
+    Deadline,
+    DeadlineExceeded,
     ModelSpec,
     PredictRequest,
     ServingBadResponse,

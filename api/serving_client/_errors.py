@@ -27,7 +27,7 @@ import enum
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from api.deadlines import Deadline
+from api.serving_client._deadline import Deadline
 
 # Wordings the transports share, so one failure reads the same over REST, over gRPC and
 # through coalescing.

@@ -18,12 +18,12 @@ import grpc
 import grpc.aio
 from google.protobuf.message import Message
 
-from api.deadlines import Deadline
 from api.protos.tensorflow_serving.apis import (
     get_model_status_pb2,
     model_service_pb2_grpc,
     prediction_service_pb2_grpc,
 )
+from api.serving_client._deadline import Deadline
 from api.serving_client._errors import (
     DEADLINE_PASSED,
     UNREACHABLE,

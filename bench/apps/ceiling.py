@@ -22,10 +22,10 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from api.app import create_app as create_api
-from api.deadlines import Deadline
 from api.examples.fraud import route as fraud_route
 from api.model_routes import Signature, TensorSpec
 from api.serving_client import (
+    Deadline,
     ModelMetadata,
     ModelStatus,
     PredictRequest,

@@ -13,10 +13,10 @@ from fastapi import APIRouter
 from fastapi.testclient import TestClient
 
 from api.app import create_app
-from api.deadlines import DeadlineExceeded
 from api.errors import ERROR_TABLE, MAX_VALIDATION_ERRORS, bounded, bounded_validation_errors, classify
 from api.serving_client import (
     Code,
+    DeadlineExceeded,
     ServingBadResponse,
     ServingInternalError,
     ServingMisconfigured,

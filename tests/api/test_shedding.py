@@ -17,9 +17,16 @@ from pathlib import Path
 
 import pytest
 
-from api.deadlines import Deadline, DeadlineExceeded
 from api.scoring import ServedModel
-from api.serving_client import ModelStatus, PredictRequest, PredictResponse, Tensor, VersionStatus
+from api.serving_client import (
+    Deadline,
+    DeadlineExceeded,
+    ModelStatus,
+    PredictRequest,
+    PredictResponse,
+    Tensor,
+    VersionStatus,
+)
 from api.shedding import LatencyEstimate
 from tests.api.stack import launch_fake, start_api_process, transactions, wait_ready
 from tests.chaos.load import LoadResult, OpenLoopLoad

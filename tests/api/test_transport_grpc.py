@@ -18,10 +18,17 @@ from pathlib import Path
 import httpx
 import pytest
 
-from api.deadlines import Deadline
 from api.examples.fraud.features import extract_features
 from api.examples.fraud.schemas import Transaction
-from api.serving_client import ModelSpec, PredictRequest, ServingNotFound, ServingTimeout, ServingUnavailable, Tensor
+from api.serving_client import (
+    Deadline,
+    ModelSpec,
+    PredictRequest,
+    ServingNotFound,
+    ServingTimeout,
+    ServingUnavailable,
+    Tensor,
+)
 from api.serving_client._grpc import GrpcTransport
 from tests.api.fake_serving import fake_score
 from tests.api.stack import (
