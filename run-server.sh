@@ -71,8 +71,8 @@ if [[ -n "${MODELS_DIR:-}" ]]; then
   sed "s#\"/models/#\"${models_dir}/#g" "$MODEL_CONFIG_FILE" > "$config"
 fi
 # The models to wait for: every model_config_list.config's name, parsed as the protobuf
-# text format the file is (api/serving_config.py; no TensorFlow on this path).
-names=$(cd "$HERE" && "$PYTHON" -m api.serving_config "$config") || { log "cannot read $MODEL_CONFIG_FILE"; exit 2; }
+# text format the file is (api/config/serving_config.py; no TensorFlow on this path).
+names=$(cd "$HERE" && "$PYTHON" -m api.config.serving_config "$config") || { log "cannot read $MODEL_CONFIG_FILE"; exit 2; }
 mapfile -t model_names <<< "$names"
 
 serving_flags=(--port="$GRPC_PORT" --rest_api_port="$REST_API_PORT" --model_config_file="$config")

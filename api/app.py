@@ -23,6 +23,8 @@ from typing import Any
 import anyio
 from fastapi import FastAPI
 
+from api.config.enabled_routes import configure_routes, ignored_model_settings, load_routes
+from api.config.settings import Settings
 from api.cpu_budget import available_cpus
 from api.errors import install_error_handlers
 from api.in_flight import InFlightBoard
@@ -32,12 +34,10 @@ from api.model_routes import ModelRoute
 from api.observability import install_observability
 from api.readiness import require_models
 from api.request_context import outgoing_headers
-from api.route_config import configure_routes, ignored_model_settings, load_routes
 from api.routes import health
 from api.routes.model import ModelEndpoint
 from api.scoring import ServedModel
 from api.serving_client import Deadline, ServingClient, open_serving_client
-from api.settings import Settings
 
 logger = logging.getLogger("api.app")
 
@@ -66,7 +66,7 @@ def create_app(
             `open_serving_client` as the settings say (a test passes its own `ServingClient`).
 
     Raises:
-        api.route_config.RouteConfigError: a route cannot be loaded or its settings are wrong.
+        api.config.enabled_routes.RouteConfigError: a route cannot be loaded or its settings are wrong.
     """
     settings = settings if settings is not None else Settings()
     declared = routes if routes is not None else load_routes(settings.model_routes)

@@ -20,12 +20,12 @@ from dataclasses import dataclass
 import httpx
 from fastapi import FastAPI
 
+from api.config.settings import Settings
 from api.events import EventPublisher, EventSink, HttpSink, JsonlFileSink
 from api.logging_config import AccessLog, configure_logging
 from api.loop_monitor import LoopMonitor
 from api.metrics import ApiMetrics
 from api.routes import metrics as metrics_route
-from api.settings import Settings
 
 
 @dataclass(frozen=True)

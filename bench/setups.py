@@ -15,7 +15,7 @@ free ports, loopback, a score-event file in the run folder and a model config na
 workload's model alone (the in-process setups load that one model too), so the API serves
 the fraud route only (`MODEL_ROUTES`), with that model (`MODELS__FRAUD__MODEL_NAME` for a
 model not named fraud). Variants set one more API
-setting each (coalescing, gRPC towards serving); `split_variants` reads `api.settings` at run
+setting each (coalescing, gRPC towards serving); `split_variants` reads `api.config.settings` at run
 time and says which the API cannot express.
 
 The ceiling is the product's API itself (`bench.apps.ceiling`: the same app factory,
@@ -64,7 +64,7 @@ PROBE_TIMEOUT_S = 30.0  # from "ready" to a 2xx score
 INPROCESS_GUNICORN_CONF = REPO / "bench" / "apps" / "gunicorn_conf.py"
 API_GUNICORN_CONF = REPO / "gunicorn.conf.py"
 RUN_SERVER = REPO / "run-server.sh"
-# The API settings (api.settings) that enable routes and name the model behind the fraud route.
+# The API settings (api.config.settings) that enable routes and name the model behind the fraud route.
 MODEL_ROUTES_ENV = "MODEL_ROUTES"
 FRAUD_MODEL_ENV = "MODELS__FRAUD__MODEL_NAME"
 
@@ -162,7 +162,7 @@ def split_variants(fields: Mapping[str, Any]) -> list[Setup]:
     """The split setups: the product default and the variants the API's settings allow.
 
     Args:
-        fields: `api.settings.Settings.model_fields` (name -> pydantic FieldInfo, whose
+        fields: `api.config.settings.Settings.model_fields` (name -> pydantic FieldInfo, whose
             `.annotation` is the field's type and `.default` its default).
 
     Returns:
@@ -176,14 +176,14 @@ def split_variants(fields: Mapping[str, Any]) -> list[Setup]:
     protocol = fields.get("serving_protocol")
     grpc_reason = ""
     if protocol is None:
-        grpc_reason = "not available yet: api.settings has no serving_protocol field"
+        grpc_reason = "not available yet: api.config.settings has no serving_protocol field"
     elif (values := _literal_values(protocol.annotation)) and "grpc" not in values:
         grpc_reason = f"not available yet: serving_protocol accepts only {values}"
     coalescing = sorted(
         name for name, info in fields.items() if "coalesc" in name and _is_bool(info.annotation)
     )
     coalescing_reason = (
-        "" if coalescing else "not available yet: api.settings has no boolean coalescing field"
+        "" if coalescing else "not available yet: api.config.settings has no boolean coalescing field"
     )
     coalescing_on_by_default = bool(coalescing) and getattr(fields[coalescing[0]], "default", None) is True
     toggled = "no-coalescing" if coalescing_on_by_default else "coalescing"
@@ -243,8 +243,8 @@ def custom_variant(settings: Mapping[str, str]) -> Setup:
 
 
 def api_settings_fields() -> Mapping[str, Any]:
-    """`api.settings.Settings.model_fields` of the API in this checkout."""
-    from api.settings import Settings
+    """`api.config.settings.Settings.model_fields` of the API in this checkout."""
+    from api.config.settings import Settings
 
     return Settings.model_fields
 

@@ -31,11 +31,11 @@ from fastapi import APIRouter, File, UploadFile
 from fastapi.exceptions import RequestValidationError
 from starlette.datastructures import UploadFile as FormFile
 
+from api.config.enabled_routes import ConfiguredRoute
 from api.errors import PayloadTooLarge
 from api.events import EventPublisher, ScoreEvent
 from api.model_routes import FileUpload, InvalidInput, ModelInfo, Prediction, Upload
 from api.request_context import current_context
-from api.route_config import ConfiguredRoute
 from api.scoring import ServedModel
 from api.tensors import example_inputs, example_outputs
 

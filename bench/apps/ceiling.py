@@ -22,6 +22,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from api.app import create_app as create_api
+from api.config.settings import ModelSettings, Settings
 from api.examples.fraud import route as fraud_route
 from api.model_routes import Signature, TensorSpec
 from api.serving_client import (
@@ -36,7 +37,6 @@ from api.serving_client import (
     TensorInfo,
     VersionStatus,
 )
-from api.settings import ModelSettings, Settings
 
 NO_MODEL = "none"
 NO_MODEL_VERSION = 1

@@ -19,10 +19,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.app import create_app
+from api.config.enabled_routes import MULTIPART_ALLOWANCE_BYTES
+from api.config.settings import Settings
 from api.examples.digits import route as digits_route
-from api.route_config import MULTIPART_ALLOWANCE_BYTES
 from api.serving_client import DataType, PredictRequest, Tensor
-from api.settings import Settings
 from models.digits_data import encode, load_split, render
 from tests.api.fake_client import FakeClient, FakeModel, signature_info
 from tests.support import REPO
@@ -226,7 +226,7 @@ PROBE = """
 import sys
 from fastapi.testclient import TestClient
 from api.app import create_app
-from api.settings import Settings
+from api.config.settings import Settings
 from models.digits_data import encode, load_split, render
 
 png = encode(render(load_split().test_x[0]))

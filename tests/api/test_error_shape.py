@@ -13,6 +13,7 @@ from fastapi import APIRouter
 from fastapi.testclient import TestClient
 
 from api.app import create_app
+from api.config.settings import Settings
 from api.errors import ERROR_TABLE, MAX_VALIDATION_ERRORS, bounded, bounded_validation_errors, classify
 from api.serving_client import (
     Code,
@@ -25,7 +26,6 @@ from api.serving_client import (
     ServingTimeout,
     ServingUnavailable,
 )
-from api.settings import Settings
 from tests.api.stack import transactions
 
 SCORE = "/v1/fraud/score"

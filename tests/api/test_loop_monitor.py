@@ -20,9 +20,9 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from api.app import create_app
+from api.config.settings import Settings
 from api.loop_monitor import LoopMonitor
 from api.metrics import ApiMetrics
-from api.settings import Settings
 
 BLOCKING_ROUTE = "/test/blocking/{n}"
 NON_BLOCKING_ROUTE = "/test/awaiting"

@@ -27,9 +27,9 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from api.app import create_app
+from api.config.settings import Settings
 from api.request_context import current_request
 from api.serving_client import ServingTimeout
-from api.settings import Settings
 from tests.api.fake_serving import signature_def_json
 from tests.support import REPO
 

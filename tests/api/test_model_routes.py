@@ -20,6 +20,8 @@ from fastapi.testclient import TestClient
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.app import create_app
+from api.config.enabled_routes import RouteConfigError, configure_routes, load_routes
+from api.config.settings import Settings
 from api.model_routes import (
     DataType,
     FileUpload,
@@ -33,9 +35,7 @@ from api.model_routes import (
     Upload,
 )
 from api.readiness import signature_mismatches
-from api.route_config import RouteConfigError, configure_routes, load_routes
 from api.serving_client import PredictRequest, SignatureInfo, Tensor, TensorInfo
-from api.settings import Settings
 from api.tensors import example_inputs
 from tests.api.fake_client import FakeClient, FakeModel, signature_info
 from tests.support import REPO
@@ -384,7 +384,7 @@ def test_a_declaration_is_checked_when_it_is_made() -> None:
 
 PROBE = """
 import sys
-import api.app, api.route_config
+import api.app, api.config.enabled_routes
 print("LOADED:" + ",".join(sorted(m for m in sys.modules if m.startswith("api.examples"))))
 """
 

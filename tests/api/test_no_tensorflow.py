@@ -11,7 +11,7 @@ PROBE = """
 import sys
 from fastapi.testclient import TestClient
 from api.app import create_app
-from api.settings import Settings
+from api.config.settings import Settings
 
 app = create_app(Settings(serving_url="http://127.0.0.1:9"))
 with TestClient(app) as client:

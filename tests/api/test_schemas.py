@@ -17,7 +17,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.app import create_app
-from api.settings import Settings
+from api.config.settings import Settings
 from tests.support import REPO
 
 SCORE = "/v1/fraud/score"

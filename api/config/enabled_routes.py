@@ -27,8 +27,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from api.config.settings import ModelSettings, Settings
 from api.model_routes import FileUpload, JsonBody, ModelRoute, Signature
-from api.settings import ModelSettings, Settings
 
 # Built-in routes by name -> import path of their declaration.
 BUILT_IN: Mapping[str, str] = MappingProxyType(

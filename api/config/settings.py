@@ -36,7 +36,7 @@ class ModelSettings(BaseModel):
     """One model route's settings in this deployment (`MODELS__<ROUTE>__<SETTING>`).
 
     The common ones are below; any other key is one of the route's own options (its
-    `ModelRoute.options` model validates them, `api.route_config`).
+    `ModelRoute.options` model validates them, `api.config.enabled_routes`).
     """
 
     model_config = ConfigDict(extra="allow", protected_namespaces=())
@@ -76,7 +76,7 @@ class Settings(BaseSettings):
         default=AnyHttpUrl("http://127.0.0.1:8501"),
         description="Base URL of the serving tier's REST API (TF Serving's port 8501).",
     )
-    # Model routes (api.route_config): which are served, and their per-model settings.
+    # Model routes (api.config.enabled_routes): which are served, and their per-model settings.
     model_routes: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: ["fraud", "digits"],
         min_length=1,

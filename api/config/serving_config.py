@@ -1,6 +1,6 @@
 """Serving's model config (`--model_config_file`, TF Serving's `ModelServerConfig`), read without TensorFlow.
 
-    python -m api.serving_config models.config      # prints each model's name, one per line
+    python -m api.config.serving_config models.config      # prints each model's name, one per line
 
 `run-server.sh` waits for exactly the models the config names. The file is a
 `tensorflow.serving.ModelServerConfig` in the protobuf text format; it is parsed by
@@ -60,9 +60,9 @@ def model_names(text: str) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    """`python -m api.serving_config FILE`: the model names, one per line; exit 2 on error."""
+    """`python -m api.config.serving_config FILE`: the model names, one per line; exit 2 on error."""
     if len(argv) != 1:
-        print("usage: python -m api.serving_config MODEL_CONFIG_FILE", file=sys.stderr)
+        print("usage: python -m api.config.serving_config MODEL_CONFIG_FILE", file=sys.stderr)
         return 2
     try:
         names = model_names(Path(argv[0]).read_text())
