@@ -34,7 +34,7 @@ from api.model_routes import ModelRoute
 from api.observability import install_observability
 from api.readiness import require_models
 from api.request_context import outgoing_headers
-from api.routes import health
+from api.routes import health, metrics
 from api.routes.model import ModelEndpoint
 from api.scoring import ServedModel
 from api.serving_client import Deadline, ServingClient, open_serving_client
@@ -135,6 +135,7 @@ def create_app(
         access_log=observability.access_log,
     )
     app.include_router(health.router)
+    app.include_router(metrics.router)
     for endpoint in endpoints:
         app.include_router(endpoint.router())
     return app

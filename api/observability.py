@@ -1,7 +1,7 @@
 """Wires the API's observability into an app: one call at build time, one in the lifespan.
 
     obs = install_observability(app, settings)      # in create_app: logging, metrics,
-                                                    # loop monitor, access log, GET /metrics
+                                                    # loop monitor, access log
     async with obs.running(app):                    # in the lifespan: loop monitor and
         yield                                       # score-event writer run; drained at exit
 
@@ -25,7 +25,6 @@ from api.events import EventPublisher, EventSink, HttpSink, JsonlFileSink
 from api.logging_config import AccessLog, configure_logging
 from api.loop_monitor import LoopMonitor
 from api.metrics import ApiMetrics
-from api.routes import metrics as metrics_route
 
 
 @dataclass(frozen=True)
@@ -75,10 +74,10 @@ class Observability:
 
 
 def install_observability(app: FastAPI, settings: Settings) -> Observability:
-    """Configure JSON logging, make the metrics, loop monitor and access log, add `GET /metrics`.
+    """Configure JSON logging, make the metrics, loop monitor and access log.
 
     Call once per app, before it serves; `api.middleware.RequestMiddleware` records into
-    the parts returned.
+    the parts returned, and `GET /metrics` (`api.routes.metrics`) reads `app.state.metrics`.
     """
     configure_logging(level=settings.log_level)
     metrics = ApiMetrics()
@@ -88,7 +87,6 @@ def install_observability(app: FastAPI, settings: Settings) -> Observability:
         threshold_s=settings.loop_block_threshold_s,
     )
     app.state.metrics = metrics
-    app.include_router(metrics_route.router)
     return Observability(
         settings=settings, metrics=metrics, loop_monitor=monitor, access_log=AccessLog(enabled=settings.access_log)
     )
