@@ -31,7 +31,7 @@ from api.in_flight import InFlightBoard
 from api.limits import Limits
 from api.middleware import RequestMiddleware
 from api.model_routes import ModelRoute
-from api.observability import install_observability
+from api.observability.wiring import install_observability
 from api.readiness import require_models
 from api.request_context import outgoing_headers
 from api.routes import health, metrics

@@ -44,9 +44,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from api.errors import RETRY_AFTER_S, error_response, response_for
 from api.in_flight import InFlightBoard
 from api.limits import BadTimeoutHeader, Limits, MultipartCloseWatch, declared_length
-from api.logging_config import AccessLog
-from api.loop_monitor import LoopMonitor, route_of
-from api.metrics import UNMATCHED_ROUTE, ApiMetrics
+from api.observability.logging_config import AccessLog
+from api.observability.loop_monitor import LoopMonitor, route_of
+from api.observability.metrics import UNMATCHED_ROUTE, ApiMetrics
 from api.request_context import REQUEST_ID_HEADER, RequestContext, bind, new_request_id, unbind
 from api.serving_client import Deadline, ServingError
 

@@ -308,7 +308,7 @@ class Settings(BaseSettings):
         "is trusted before it is read again, seconds.",
     )
 
-    # Observability (api.middleware, api.loop_monitor, api.logging_config).
+    # Observability (api.middleware, api.observability.loop_monitor, api.observability.logging_config).
     log_level: Annotated[
         Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], BeforeValidator(_upper)
     ] = Field(default="INFO", description="Level of the API's JSON logs (`api.*`).")
@@ -324,7 +324,7 @@ class Settings(BaseSettings):
         description="A callback holding the event loop longer than this is logged and "
         "counted as a block, seconds.",
     )
-    # Score events (api.events).
+    # Score events (api.observability.events).
     events_jsonl_path: Path = Field(
         default=Path(tempfile.gettempdir()) / "api-score-events.jsonl",
         description="JSON Lines file score events are appended to (when EVENTS_HTTP_URL "

@@ -33,8 +33,8 @@ from starlette.datastructures import UploadFile as FormFile
 
 from api.config.enabled_routes import ConfiguredRoute
 from api.errors import PayloadTooLarge
-from api.events import EventPublisher, ScoreEvent
 from api.model_routes import FileUpload, InvalidInput, ModelInfo, Prediction, Upload
+from api.observability.events import EventPublisher, ScoreEvent
 from api.request_context import current_context
 from api.scoring import ServedModel
 from api.tensors import example_inputs, example_outputs

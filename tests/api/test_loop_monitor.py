@@ -21,8 +21,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from api.app import create_app
 from api.config.settings import Settings
-from api.loop_monitor import LoopMonitor
-from api.metrics import ApiMetrics
+from api.observability.loop_monitor import LoopMonitor
+from api.observability.metrics import ApiMetrics
 
 BLOCKING_ROUTE = "/test/blocking/{n}"
 NON_BLOCKING_ROUTE = "/test/awaiting"
@@ -75,7 +75,7 @@ def blocks(client: TestClient) -> dict[str, float]:
 
 def loop_monitor_warnings(err: str) -> list[dict[str, object]]:
     records = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
-    return [r for r in records if r["logger"] == "api.loop_monitor" and r["level"] == "WARNING"]
+    return [r for r in records if r["logger"] == "api.observability.loop_monitor" and r["level"] == "WARNING"]
 
 
 def test_blocking_route_is_logged_by_name_and_counted(
@@ -155,7 +155,7 @@ async def test_a_long_queue_of_short_callbacks_is_overload_not_a_block(
     metrics = ApiMetrics()
     monitor = LoopMonitor(metrics, interval_s=0.02, threshold_s=0.05)
     await monitor.start()
-    caplog.set_level(logging.INFO, logger="api.loop_monitor")
+    caplog.set_level(logging.INFO, logger="api.observability.loop_monitor")
     try:
         await asyncio.sleep(0.05)
         loop = asyncio.get_running_loop()

@@ -57,9 +57,9 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from api.metrics import ApiMetrics
+from api.observability.metrics import ApiMetrics
 
-logger = logging.getLogger("api.events")
+logger = logging.getLogger("api.observability.events")
 _T = TypeVar("_T")
 
 class _Stop(enum.Enum):

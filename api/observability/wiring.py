@@ -6,7 +6,7 @@
         yield                                       # score-event writer run; drained at exit
 
 After `running` has entered, `app.state.metrics` is the `ApiMetrics` and
-`app.state.events` the `api.events.EventPublisher` routes publish score events to.
+`app.state.events` the `api.observability.events.EventPublisher` routes publish score events to.
 Nothing here does I/O at build time: the event sink's file or HTTP client and the loop
 monitor's thread are made in the lifespan, inside each worker after gunicorn's fork.
 """
@@ -21,10 +21,10 @@ import httpx
 from fastapi import FastAPI
 
 from api.config.settings import Settings
-from api.events import EventPublisher, EventSink, HttpSink, JsonlFileSink
-from api.logging_config import AccessLog, configure_logging
-from api.loop_monitor import LoopMonitor
-from api.metrics import ApiMetrics
+from api.observability.events import EventPublisher, EventSink, HttpSink, JsonlFileSink
+from api.observability.logging_config import AccessLog, configure_logging
+from api.observability.loop_monitor import LoopMonitor
+from api.observability.metrics import ApiMetrics
 
 
 @dataclass(frozen=True)

@@ -36,9 +36,9 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Final
 
-from api.metrics import ApiMetrics
+from api.observability.metrics import ApiMetrics
 
-logger = logging.getLogger("api.loop_monitor")
+logger = logging.getLogger("api.observability.loop_monitor")
 
 UNKNOWN_ROUTE: Final = "unknown"
 
