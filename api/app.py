@@ -7,9 +7,9 @@ Nothing happens at import time: settings are read inside `create_app`, and the
 serving client (HTTP/1.1 connection pools or gRPC channels, `api.serving_client.open_serving_client`)
 is created in the lifespan, i.e. in each worker after fork, inside its event loop.
 
-Middleware: one, `api.middleware.RequestMiddleware`, owns each request's context, limits,
+Middleware: one, `api.request.middleware.RequestMiddleware`, owns each request's context, limits,
 timing and error answer; FastAPI's own validation and HTTP errors are answered in the
-same shape by the handlers of `api.errors`.
+same shape by the handlers of `api.request.errors`.
 """
 
 from __future__ import annotations
@@ -26,14 +26,14 @@ from fastapi import FastAPI
 from api.config.enabled_routes import configure_routes, ignored_model_settings, load_routes
 from api.config.settings import Settings
 from api.cpu_budget import available_cpus
-from api.errors import install_error_handlers
-from api.in_flight import InFlightBoard
-from api.limits import Limits
-from api.middleware import RequestMiddleware
 from api.model_routes import ModelRoute
 from api.observability.wiring import install_observability
 from api.readiness import require_models
-from api.request_context import outgoing_headers
+from api.request.admission.in_flight import InFlightBoard
+from api.request.admission.rules import Limits
+from api.request.context import outgoing_headers
+from api.request.errors import install_error_handlers
+from api.request.middleware import RequestMiddleware
 from api.routes import health, metrics
 from api.routes.model import ModelEndpoint
 from api.scoring import ServedModel

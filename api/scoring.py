@@ -5,7 +5,7 @@ the latest AVAILABLE version (read from model status and cached, because TF Serv
 REST answer does not say which version ran) and returns the outputs with that version.
 Every model route (`api.routes.model`) calls its model through one. With `shedding` on, it
 refuses at once a request whose remaining budget is below the model's current median
-latency (`api.shedding`).
+latency (`api.request.admission.shedding`).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from api.request.admission.shedding import LatencyEstimate
 from api.serving_client import (
     Deadline,
     DeadlineExceeded,
@@ -27,7 +28,6 @@ from api.serving_client import (
     ServingUnavailable,
     Tensor,
 )
-from api.shedding import LatencyEstimate
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,7 @@ class ServedModel:
         version_ttl_s: how long the latest AVAILABLE version is trusted, seconds.
         status_timeout_s: budget of one model-status call, seconds.
         shedding: refuse a request whose remaining budget is below the model's current
-            median latency, without calling serving (`api.shedding`).
+            median latency, without calling serving (`api.request.admission.shedding`).
     """
 
     def __init__(

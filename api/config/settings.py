@@ -98,7 +98,7 @@ class Settings(BaseSettings):
     digits_max_image_pixels: int | None = Field(
         default=None, description="Deprecated: MODELS__DIGITS__MAX_IMAGE_PIXELS."
     )
-    # The serving path (api.serving_client, api.limits).
+    # The serving path (api.serving_client, api.request.admission.rules).
     serving_protocol: Literal["rest", "grpc"] = Field(
         default="rest", description="How the API calls serving: TF Serving's REST or gRPC API."
     )
@@ -266,7 +266,7 @@ class Settings(BaseSettings):
     @property
     def serving_pool_size(self) -> int:
         """REST connections per API process: SERVING_MAX_CONNECTIONS, or the most requests one
-        worker may hold in flight (twice its share, `api.in_flight`)."""
+        worker may hold in flight (twice its share, `api.request.admission.in_flight`)."""
         return self.serving_max_connections or 2 * self.max_in_flight_requests
 
     def serving_client_config(self, probe_model_names: Sequence[str] = ()) -> ClientConfig:
@@ -308,7 +308,7 @@ class Settings(BaseSettings):
         "is trusted before it is read again, seconds.",
     )
 
-    # Observability (api.middleware, api.observability.loop_monitor, api.observability.logging_config).
+    # Observability (api.request.middleware, api.observability.loop_monitor, api.observability.logging_config).
     log_level: Annotated[
         Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], BeforeValidator(_upper)
     ] = Field(default="INFO", description="Level of the API's JSON logs (`api.*`).")

@@ -12,7 +12,7 @@ Every record of the `api` logger tree is written as one line:
 `extra=` (the loop monitor passes the route and how long the loop was blocked).
 
 The access log line (`"logger": "api.access"`, one per request, written by
-`api.middleware`) has the same shape but is written by `AccessLog`, not through the
+`api.request.middleware`) has the same shape but is written by `AccessLog`, not through the
 `logging` module: building a `LogRecord`, finding the caller and formatting cost about
 40 microseconds a line here, a quarter of a request's whole budget at the API's
 ceiling; `AccessLog` writes the same object for about 4. `ACCESS_LOG=false` turns it off.

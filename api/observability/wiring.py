@@ -76,7 +76,7 @@ class Observability:
 def install_observability(app: FastAPI, settings: Settings) -> Observability:
     """Configure JSON logging, make the metrics, loop monitor and access log.
 
-    Call once per app, before it serves; `api.middleware.RequestMiddleware` records into
+    Call once per app, before it serves; `api.request.middleware.RequestMiddleware` records into
     the parts returned, and `GET /metrics` (`api.routes.metrics`) reads `app.state.metrics`.
     """
     configure_logging(level=settings.log_level)

@@ -9,9 +9,9 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel
 from starlette.responses import Response
 
-from api.errors import RETRY_AFTER_S, error_response
 from api.readiness import model_readiness
-from api.request_context import current_context
+from api.request.context import current_context
+from api.request.errors import RETRY_AFTER_S, error_response
 from api.routes.model import ModelEndpoint
 
 router = APIRouter(tags=["health"])
@@ -56,7 +56,7 @@ async def readyz(request: Request) -> Readiness | Response:
 
     Reads serving afresh on every call (no cache), within the request's deadline, so a probe
     sees serving go down and come back. 200 with each route's state; else 503 in the error
-    shape of `api.errors` (code `serving_unavailable`, `Retry-After`), with the same `models`
+    shape of `api.request.errors` (code `serving_unavailable`, `Retry-After`), with the same `models`
     report: which routes are not ready and why.
     """
     endpoints: list[ModelEndpoint] = request.app.state.model_endpoints

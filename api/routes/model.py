@@ -12,7 +12,7 @@ latest AVAILABLE version, the request's deadline) answers; stage `serving`. Its 
 are checked against the declared ones (502 `serving_bad_response` otherwise), postprocess
 makes the response, and one `ScoreEvent` is published.
 
-Errors, all in the API's error shape (`api.errors`): 413 for a body or file over the
+Errors, all in the API's error shape (`api.request.errors`): 413 for a body or file over the
 route's limit, 422 for a request the schema refuses or preprocess calls `InvalidInput`
 (at the body, or at the upload's field with the file's name, type and size as `input`),
 502/503/504 from serving or the deadline.
@@ -32,14 +32,14 @@ from fastapi.exceptions import RequestValidationError
 from starlette.datastructures import UploadFile as FormFile
 
 from api.config.enabled_routes import ConfiguredRoute
-from api.errors import PayloadTooLarge
 from api.model_routes import FileUpload, InvalidInput, ModelInfo, Prediction, Upload
 from api.observability.events import EventPublisher, ScoreEvent
-from api.request_context import current_context
+from api.request.context import current_context
+from api.request.errors import PayloadTooLarge
 from api.scoring import ServedModel
 from api.tensors import example_inputs, example_outputs
 
-# Error answers of every model route, in the shape documented in `api.errors`.
+# Error answers of every model route, in the shape documented in `api.request.errors`.
 RESPONSES: dict[int | str, dict[str, Any]] = {
     413: {"description": "The body (or the uploaded file) is over the route's limit (`payload_too_large`)."},
     422: {"description": "The request does not fit the route's schema, or the model cannot use it."},

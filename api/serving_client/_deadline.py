@@ -1,7 +1,7 @@
 """The request's time budget: one `Deadline` from arrival to the wire.
 
 Every request gets a budget (`REQUEST_TIMEOUT_S`); a caller may lower it, never raise
-it, with the `X-Request-Timeout-Ms` header (read by `api.limits`). The deadline is fixed
+it, with the `X-Request-Timeout-Ms` header (read by `api.request.admission.rules`). The deadline is fixed
 when the request arrives, so receiving the body, validation and feature extraction spend
 from the same budget as the call to serving, whose timeout is whatever is left: every
 call of this package takes the deadline and makes what is left of it the gRPC deadline or

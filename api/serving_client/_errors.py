@@ -18,7 +18,7 @@ Transports translate their own failures into a code in one place each: gRPC's st
 code is the code; a REST status goes through `code_for_http_status`, the inverse of
 TF Serving's `ToHTTPStatusCode()` (model_servers/http_server.cc). The code becomes a
 class through `error_for_code` only. How each class is answered over HTTP is decided
-once, in `api.errors`.
+once, in `api.request.errors`.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 
 from api.app import create_app
 from api.config.settings import Settings
-from api.errors import ERROR_TABLE, MAX_VALIDATION_ERRORS, bounded, bounded_validation_errors, classify
+from api.request.errors import ERROR_TABLE, MAX_VALIDATION_ERRORS, bounded, bounded_validation_errors, classify
 from api.serving_client import (
     Code,
     DeadlineExceeded,

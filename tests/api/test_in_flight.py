@@ -1,4 +1,4 @@
-"""The in-flight limit counted over every worker (`api.in_flight.InFlightBoard`).
+"""The in-flight limit counted over every worker (`api.request.admission.in_flight.InFlightBoard`).
 
 Unit tests with forked processes, then gunicorn with two workers against fake serving
 that holds every predict: one worker is stopped (SIGSTOP) while the requests connect, so
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 
-from api.in_flight import InFlightBoard
+from api.request.admission.in_flight import InFlightBoard
 from tests.api.stack import launch_fake, transactions, wait_ready
 from tests.api.test_gunicorn import children
 from tests.support import Proc, free_port, http_ok, wait_until

@@ -1,7 +1,7 @@
 """Request instrumentation: Server-Timing, X-Request-ID, X-Model-Version, /metrics, access log.
 
 The app under test is the real one (`create_app`) with a few extra routes that record
-stages through the per-request seam (`api.request_context`), so these tests need no
+stages through the per-request seam (`api.request.context`), so these tests need no
 serving tier. The fraud route's stages against a real serving tier are checked in
 tests/api/test_gunicorn.py.
 """
@@ -28,7 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from api.app import create_app
 from api.config.settings import Settings
-from api.request_context import current_request
+from api.request.context import current_request
 from api.serving_client import ServingTimeout
 from tests.api.fake_serving import signature_def_json
 from tests.support import REPO

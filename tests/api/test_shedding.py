@@ -1,4 +1,4 @@
-"""Deadline-aware shedding (`api.shedding`, `api.scoring.ServedModel`).
+"""Deadline-aware shedding (`api.request.admission.shedding`, `api.scoring.ServedModel`).
 
 Unit tests of the latency estimate and of the refusal, then the measurement the feature
 exists for, with real processes on loopback: a model of finite capacity whose latency has
@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from api.request.admission.shedding import LatencyEstimate
 from api.scoring import ServedModel
 from api.serving_client import (
     Deadline,
@@ -27,7 +28,6 @@ from api.serving_client import (
     Tensor,
     VersionStatus,
 )
-from api.shedding import LatencyEstimate
 from tests.api.stack import launch_fake, start_api_process, transactions, wait_ready
 from tests.chaos.load import LoadResult, OpenLoopLoad
 

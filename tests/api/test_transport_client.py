@@ -18,7 +18,7 @@ import orjson
 import pytest
 import tenacity
 
-from api.limits import parse_timeout_header
+from api.request.admission.rules import parse_timeout_header
 from api.serving_client import (
     Code,
     DataType,

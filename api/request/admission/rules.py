@@ -1,10 +1,10 @@
 """Admission limits of one worker: requests in flight, the time budget, the body size.
 
-The rules, applied to every request by `api.middleware.RequestMiddleware` before any
-route runs, in this order, each answered in the API's error shape (`api.errors`):
+The rules, applied to every request by `api.request.middleware.RequestMiddleware` before any
+route runs, in this order, each answered in the API's error shape (`api.request.errors`):
 
 1. In flight: at most `MAX_IN_FLIGHT_REQUESTS` requests per worker are being handled,
-   counted over all the workers together (`api.in_flight`: a worker may take up to twice
+   counted over all the workers together (`api.request.admission.in_flight`: a worker may take up to twice
    its share while others have room); one more is answered 503 `overloaded` with
    `Retry-After` at once. There is no queue:
    a request waits for nothing but its own work, so a burst costs a fast refusal rather
@@ -52,7 +52,7 @@ class Limits:
 
     Attributes:
         max_in_flight: each worker's share of the requests handled concurrently
-            (`MAX_IN_FLIGHT_REQUESTS`; `api.in_flight`).
+            (`MAX_IN_FLIGHT_REQUESTS`; `api.request.admission.in_flight`).
         request_timeout_s: a request's time budget from arrival, seconds (`REQUEST_TIMEOUT_S`).
         max_body_bytes: largest body, bytes (`MAX_BODY_BYTES`).
         path_body_limits: other body limits for some paths (exact match), bytes: routes

@@ -7,12 +7,12 @@ Every non-2xx answer of the API has this body (media type `application/json`):
 `detail` is a human-readable string, except for 422 where it keeps FastAPI's list of
 validation errors (`[{"type", "loc", "msg", "input", "ctx"?}]`, with `input` echoes
 truncated so the body stays small however large the request was). `request_id` is
-the request's `X-Request-ID` (see `api.request_context`). `code` is one of:
+the request's `X-Request-ID` (see `api.request.context`). `code` is one of:
 
 | status | code | when |
 | --- | --- | --- |
 | 404, 405, ... | `not_found`, `method_not_allowed`, ... | Starlette's HTTP errors |
-| 413 | `payload_too_large` | body over `MAX_BODY_BYTES` (`api.limits`) |
+| 413 | `payload_too_large` | body over `MAX_BODY_BYTES` (`api.request.admission.rules`) |
 | 422 | `validation_error` | the body or a header failed validation |
 | 500 | `internal_error` | a bug; nothing about it is echoed |
 | 502 | `serving_rejected` | serving refused input that passed our validation |
@@ -25,7 +25,7 @@ the request's `X-Request-ID` (see `api.request_context`). `code` is one of:
 
 Serving failures (`api.serving_client.ServingError` subclasses) and our own deadline
 are mapped to these in `ERROR_TABLE` only. Exceptions that leave a route are answered by
-`api.middleware.RequestMiddleware` through `response_for`; FastAPI's own validation and
+`api.request.middleware.RequestMiddleware` through `response_for`; FastAPI's own validation and
 HTTP errors by the handlers `install_error_handlers` registers once for every route.
 """
 
@@ -42,7 +42,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from api.request_context import current_request
+from api.request.context import current_request
 from api.serving_client import (
     DeadlineExceeded,
     ServingBadResponse,
@@ -54,7 +54,7 @@ from api.serving_client import (
     ServingUnavailable,
 )
 
-logger = logging.getLogger("api.errors")
+logger = logging.getLogger("api.request.errors")
 
 # Seconds a client should wait before retrying a 503 (`Retry-After`).
 RETRY_AFTER_S = 1

@@ -1,6 +1,6 @@
 """The per-request seam: request id, deadline, stage timings and the served model version.
 
-One `RequestContext` exists per HTTP request. `api.middleware.RequestMiddleware`
+One `RequestContext` exists per HTTP request. `api.request.middleware.RequestMiddleware`
 creates it before the app runs and makes it the current one (a `contextvars.ContextVar`,
 so tasks spawned by the request see it too); after the response it turns the context into
 the `Server-Timing`, `X-Request-ID` and `X-Model-Version` headers, the Prometheus stage

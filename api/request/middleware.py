@@ -5,15 +5,15 @@ memory stream per request), installed once, outermost among the app's own middle
 (`api.app.create_app`). For every HTTP request it:
 
 1. takes the caller's `X-Request-ID` when it is 1-128 characters of `[A-Za-z0-9._:-]`,
-   else makes one, and makes a fresh `api.request_context.RequestContext` current, with
+   else makes one, and makes a fresh `api.request.context.RequestContext` current, with
    the request's one `Deadline`, so the route can record stages and read the deadline and
    the serving client can forward the id; tells the loop monitor which route this task
    serves (blocks name it);
-2. applies the admission limits of `api.limits` (503 `overloaded`, 422 for a bad
+2. applies the admission limits of `api.request.admission.rules` (503 `overloaded`, 422 for a bad
    `X-Request-Timeout-Ms`, 413 by `Content-Length`), and while the app runs, bounds the
    body's arrival by the deadline (408), counts a streamed body's bytes (413) and checks
    that a multipart body ends with its closing boundary (400);
-3. answers an exception that leaves the app (`api.errors.response_for`: serving failures
+3. answers an exception that leaves the app (`api.request.errors.response_for`: serving failures
    and the deadline by their table row, anything else 500), so every answer has the
    request id, and counts a serving failure by its canonical code;
 4. adds to the response headers `X-Request-ID`, `Server-Timing` (every recorded stage
@@ -41,13 +41,13 @@ from starlette.responses import Response
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api.errors import RETRY_AFTER_S, error_response, response_for
-from api.in_flight import InFlightBoard
-from api.limits import BadTimeoutHeader, Limits, MultipartCloseWatch, declared_length
 from api.observability.logging_config import AccessLog
 from api.observability.loop_monitor import LoopMonitor, route_of
 from api.observability.metrics import UNMATCHED_ROUTE, ApiMetrics
-from api.request_context import REQUEST_ID_HEADER, RequestContext, bind, new_request_id, unbind
+from api.request.admission.in_flight import InFlightBoard
+from api.request.admission.rules import BadTimeoutHeader, Limits, MultipartCloseWatch, declared_length
+from api.request.context import REQUEST_ID_HEADER, RequestContext, bind, new_request_id, unbind
+from api.request.errors import RETRY_AFTER_S, error_response, response_for
 from api.serving_client import Deadline, ServingError
 
 _REQUEST_ID_HEADER: Final = REQUEST_ID_HEADER.encode("ascii")
@@ -115,7 +115,7 @@ class RequestMiddleware:
     Args:
         app: the ASGI app to wrap.
         limits: the worker's admission limits.
-        in_flight: the requests in flight of every worker (`api.in_flight`), against which
+        in_flight: the requests in flight of every worker (`api.request.admission.in_flight`), against which
             `limits.max_in_flight` (each worker's share) is applied.
         metrics: the app's `ApiMetrics`.
         loop_monitor: told which route each request task serves; None to skip.
@@ -252,7 +252,7 @@ class RequestMiddleware:
     def _refusal(
         self, scope: Scope, ctx: RequestContext, counted: bool, declared: int | None, limit: int
     ) -> Response | None:
-        """The answer to a request refused before the app runs (`api.limits`, in its order),
+        """The answer to a request refused before the app runs (`api.request.admission.rules`, in its order),
         or None; lowers `ctx.deadline` when the timeout header asks."""
         limits = self.limits
         if counted and self.in_flight.full():
