@@ -26,17 +26,17 @@ from fastapi import FastAPI
 from api.config.enabled_routes import configure_routes, ignored_model_settings, load_routes
 from api.config.settings import Settings
 from api.cpu_budget import available_cpus
+from api.inference.readiness import require_models
+from api.inference.served_model import ServedModel
 from api.model_routes import ModelRoute
 from api.observability.wiring import install_observability
-from api.readiness import require_models
 from api.request.admission.in_flight import InFlightBoard
 from api.request.admission.rules import Limits
 from api.request.context import outgoing_headers
 from api.request.errors import install_error_handlers
 from api.request.middleware import RequestMiddleware
 from api.routes import health, metrics
-from api.routes.model import ModelEndpoint
-from api.scoring import ServedModel
+from api.routes.model_endpoint import ModelEndpoint
 from api.serving_client import Deadline, ServingClient, open_serving_client
 
 logger = logging.getLogger("api.app")

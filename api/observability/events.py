@@ -1,7 +1,7 @@
 """Score events: one per answered model request, published in the background.
 
 Every model route publishes `EventPublisher.publish(ScoreEvent(...))` once it has an
-answer (`api.routes.model`). That only
+answer (`api.routes.model_endpoint`). That only
 puts the event on a bounded in-memory queue (microseconds; never awaits, never blocks):
 when the queue is full the event is dropped and counted in
 `api_score_events_total{outcome="dropped_queue_full"}`. One background task, started

@@ -22,6 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from api.app import create_app
 from api.config.enabled_routes import RouteConfigError, configure_routes, load_routes
 from api.config.settings import Settings
+from api.inference.readiness import signature_mismatches
+from api.inference.tensors import example_inputs
 from api.model_routes import (
     DataType,
     FileUpload,
@@ -34,9 +36,7 @@ from api.model_routes import (
     TensorSpec,
     Upload,
 )
-from api.readiness import signature_mismatches
 from api.serving_client import PredictRequest, SignatureInfo, Tensor, TensorInfo
-from api.tensors import example_inputs
 from tests.api.fake_client import FakeClient, FakeModel, signature_info
 from tests.support import REPO
 

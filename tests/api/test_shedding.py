@@ -1,4 +1,4 @@
-"""Deadline-aware shedding (`api.request.admission.shedding`, `api.scoring.ServedModel`).
+"""Deadline-aware shedding (`api.request.admission.shedding`, `api.inference.served_model.ServedModel`).
 
 Unit tests of the latency estimate and of the refusal, then the measurement the feature
 exists for, with real processes on loopback: a model of finite capacity whose latency has
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from api.inference.served_model import ServedModel
 from api.request.admission.shedding import LatencyEstimate
-from api.scoring import ServedModel
 from api.serving_client import (
     Deadline,
     DeadlineExceeded,

@@ -3,7 +3,7 @@
 `ServedModel` is one servable called through one signature: it pins each predict to
 the latest AVAILABLE version (read from model status and cached, because TF Serving's
 REST answer does not say which version ran) and returns the outputs with that version.
-Every model route (`api.routes.model`) calls its model through one. With `shedding` on, it
+Every model route (`api.routes.model_endpoint`) calls its model through one. With `shedding` on, it
 refuses at once a request whose remaining budget is below the model's current median
 latency (`api.request.admission.shedding`).
 """

@@ -7,7 +7,7 @@
 A request goes: FastAPI parses and validates the body (`JsonBody`) or the multipart form
 (`FileUpload`, the file read up to its limit); stage `validate` ends. Preprocess (on the
 loop, or in a worker thread when the route says so) gives one example's inputs, checked
-against the declared tensors; stage `features`. The served model (`api.scoring.ServedModel`:
+against the declared tensors; stage `features`. The served model (`api.inference.served_model.ServedModel`:
 latest AVAILABLE version, the request's deadline) answers; stage `serving`. Its outputs
 are checked against the declared ones (502 `serving_bad_response` otherwise), postprocess
 makes the response, and one `ScoreEvent` is published.
@@ -32,12 +32,12 @@ from fastapi.exceptions import RequestValidationError
 from starlette.datastructures import UploadFile as FormFile
 
 from api.config.enabled_routes import ConfiguredRoute
+from api.inference.served_model import ServedModel
+from api.inference.tensors import example_inputs, example_outputs
 from api.model_routes import FileUpload, InvalidInput, ModelInfo, Prediction, Upload
 from api.observability.events import EventPublisher, ScoreEvent
 from api.request.context import current_context
 from api.request.errors import PayloadTooLarge
-from api.scoring import ServedModel
-from api.tensors import example_inputs, example_outputs
 
 # Error answers of every model route, in the shape documented in `api.request.errors`.
 RESPONSES: dict[int | str, dict[str, Any]] = {

@@ -17,7 +17,7 @@ from typing import Any
 from api.model_routes import Signature, TensorSpec
 from api.serving_client import Deadline, ServingClient, ServingError, ServingNotFound, SignatureInfo, TensorInfo
 
-logger = logging.getLogger("api.readiness")
+logger = logging.getLogger("api.inference.readiness")
 
 
 class ModelsNotServed(RuntimeError):
