@@ -55,7 +55,7 @@ protos: $(STAMP)
 	$(PY) -m api.protos.generate
 
 doctor: $(STAMP)
-	$(PY) -m api.doctor
+	$(PY) -m api.ops.doctor
 
 import-graph: $(STAMP)
 	$(PY) -m tools.import_graph api serving

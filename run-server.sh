@@ -14,7 +14,7 @@
 #    exiting stops serving and exits non-zero.
 #
 # Both tiers are sized from the CPUs this container may use (cgroup quota and affinity):
-# `python -m api.cpu_budget` splits them between API workers and serving's session threads,
+# `python -m api.ops.cpu_budget` splits them between API workers and serving's session threads,
 # one TensorFlow thread each, so the two tiers never have more busy threads than CPUs
 # (from 2 CPUs up; `make doctor` checks it).
 # SIGTERM/SIGINT stop both: the API first (it drains in-flight requests), then serving.
@@ -78,8 +78,8 @@ mapfile -t model_names <<< "$names"
 serving_flags=(--port="$GRPC_PORT" --rest_api_port="$REST_API_PORT" --model_config_file="$config")
 
 # The CPU budget of both tiers: sets WEB_CONCURRENCY, the API's thread variables,
-# SERVING_BUDGET_FLAGS and SERVING_BUDGET_BATCHING (see api/cpu_budget.py).
-budget=$(cd "$HERE" && "$PYTHON" -m api.cpu_budget) || { log "cannot size the tiers from the CPU budget"; exit 2; }
+# SERVING_BUDGET_FLAGS and SERVING_BUDGET_BATCHING (see api/ops/cpu_budget.py).
+budget=$(cd "$HERE" && "$PYTHON" -m api.ops.cpu_budget) || { log "cannot size the tiers from the CPU budget"; exit 2; }
 eval "$budget"
 export WEB_CONCURRENCY OMP_NUM_THREADS MKL_NUM_THREADS OPENBLAS_NUM_THREADS
 read -r -a budget_flags <<< "$SERVING_BUDGET_FLAGS"
@@ -183,11 +183,11 @@ export API_BIND="${API_HOST}:${API_PORT}"
 api_pid=$!
 
 # Report readiness once the API itself answers /readyz; meanwhile print the reason it
-# gives, once per change (api/readiness_wait.py; it polls every 2 s at most, so its own
+# gives, once per change (api/ops/readiness_wait.py; it polls every 2 s at most, so its own
 # requests do not fill the access log). In the background and waited for together with
 # the API, so the API exiting, or SIGTERM, ends the wait at once.
 api_url="http://127.0.0.1:${API_PORT}"
-(cd "$HERE" && exec "$PYTHON" -m api.readiness_wait "$api_url/readyz" --timeout-s $(( deadline + 60 - SECONDS ))) &
+(cd "$HERE" && exec "$PYTHON" -m api.ops.readiness_wait "$api_url/readyz" --timeout-s $(( deadline + 60 - SECONDS ))) &
 waiter_pid=$!
 waited=0
 wait -n "$waiter_pid" "$api_pid" || waited=$?

@@ -25,11 +25,11 @@ from fastapi import FastAPI
 
 from api.config.enabled_routes import configure_routes, ignored_model_settings, load_routes
 from api.config.settings import Settings
-from api.cpu_budget import available_cpus
 from api.inference.readiness import require_models
 from api.inference.served_model import ServedModel
 from api.model_routes import ModelRoute
 from api.observability.wiring import install_observability
+from api.ops.cpu_budget import available_cpus
 from api.request.admission.in_flight import InFlightBoard
 from api.request.admission.rules import Limits
 from api.request.context import outgoing_headers

@@ -18,7 +18,7 @@ import yaml
 
 from api.app import create_app
 from api.config.settings import Settings
-from api.cpu_budget import threads_per_worker, web_concurrency
+from api.ops.cpu_budget import threads_per_worker, web_concurrency
 from tests.support import REPO
 
 K8S = REPO / "deploy" / "k8s"

@@ -23,7 +23,7 @@ import pytest
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
 
-from api.cpu_budget import available_cpus
+from api.ops.cpu_budget import available_cpus
 from models.transactions import generate_transactions
 from tests.support import (
     REPO,

@@ -1,13 +1,13 @@
-"""`python -m api.doctor`: checks a deployment's CPU budget and the API's async hygiene.
+"""`python -m api.ops.doctor`: checks a deployment's CPU budget and the API's async hygiene.
 
-    python -m api.doctor                                  # from the environment
-    python -m api.doctor --workers 2 --serving-threads 1 --serving-intra-op 1 --serving-inter-op 1
-    python -m api.doctor --cpus 4 --app api.app:create_app --gunicorn-config gunicorn.conf.py
+    python -m api.ops.doctor                                  # from the environment
+    python -m api.ops.doctor --workers 2 --serving-threads 1 --serving-intra-op 1 --serving-inter-op 1
+    python -m api.ops.doctor --cpus 4 --app api.app:create_app --gunicorn-config gunicorn.conf.py
 
 Three checks, each line `OK`, `WARN` or `INFO`; exit status 1 when any check warns, so it
 can gate a CI job or a container start:
 
-1. CPU budget across both tiers against the quota (`api.cpu_budget`: cgroup v2/v1 and
+1. CPU budget across both tiers against the quota (`api.ops.cpu_budget`: cgroup v2/v1 and
    affinity). Busy threads = API workers x threads per worker + serving's: Session runs at
    once (`--rest_api_num_threads`, or `num_batch_threads` with `--enable_batching`) x
    intra-op threads each (`--tensorflow_intra_op_parallelism`), plus the inter-op pool
@@ -16,7 +16,7 @@ can gate a CI job or a container start:
    latency grows and throughput does not.
    Sources, first found wins: the flags below; `WEB_CONCURRENCY`, `OMP_NUM_THREADS` and
    the model-server flags in `SERVING_ARGS` (and its `--batching_parameters_file`); the
-   one-container budget `run-server.sh` starts with (`api.cpu_budget.one_container_budget`),
+   one-container budget `run-server.sh` starts with (`api.ops.cpu_budget.one_container_budget`),
    so `make doctor` with nothing set checks the default deployment.
 2. Blocking calls in `async def` endpoints: the app is built (no lifespan, no I/O) and
    each `async def` endpoint's source is parsed with `ast`, flagging calls that hold the
@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TextIO
 
-from api.cpu_budget import (
+from api.ops.cpu_budget import (
     CGROUP_ROOT,
     affinity_cpus,
     available_cpus,
@@ -465,8 +465,8 @@ def _positive_float(text: str) -> float:
 
 
 def parser() -> argparse.ArgumentParser:
-    """The command line of `python -m api.doctor`."""
-    p = argparse.ArgumentParser(prog="python -m api.doctor", description=__doc__.splitlines()[0])
+    """The command line of `python -m api.ops.doctor`."""
+    p = argparse.ArgumentParser(prog="python -m api.ops.doctor", description=__doc__.splitlines()[0])
     p.add_argument(
         "--cpus", type=_positive_float, help="CPUs to budget for (default: cgroup quota/affinity)"
     )

@@ -1,6 +1,6 @@
 """Wait until the API answers `GET /readyz` 200, saying why not meanwhile (`run-server.sh`).
 
-    python -m api.readiness_wait http://127.0.0.1:8000/readyz --timeout-s 180
+    python -m api.ops.readiness_wait http://127.0.0.1:8000/readyz --timeout-s 180
 
 Polls `/readyz` with a growing interval (`FIRST_INTERVAL_S`, doubling up to
 `MAX_INTERVAL_S`): a start that takes a second is seen at once, and an API that never gets

@@ -18,9 +18,9 @@ server (`serving` sizes its TensorFlow thread pools from it) and re-exported her
 adds the sizing rules: the API's alone (`web_concurrency`, `threads_per_worker`, what
 `gunicorn.conf.py` uses when the API has its container to itself), and the split of one
 container's CPUs between both tiers (`one_container_budget`, what `run-server.sh` starts:
-`python -m api.cpu_budget` prints it as shell assignments). Stdlib only, so
+`python -m api.ops.cpu_budget` prints it as shell assignments). Stdlib only, so
 `gunicorn.conf.py` and `run-server.sh` can use it before any app code is imported, and
-`python -m api.doctor` reports from the same numbers.
+`python -m api.ops.doctor` reports from the same numbers.
 """
 
 from __future__ import annotations
@@ -192,10 +192,10 @@ def shell_assignments(budget: OneContainerBudget, env: Mapping[str, str]) -> str
 
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
-    """`python -m api.cpu_budget`: print the one-container budget as shell assignments."""
+    """`python -m api.ops.cpu_budget`: print the one-container budget as shell assignments."""
     import os
 
-    parser = argparse.ArgumentParser(prog="python -m api.cpu_budget", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m api.ops.cpu_budget", description=main.__doc__)
     parser.add_argument("--cgroup-root", type=Path, default=CGROUP_ROOT)
     parser.add_argument("--proc-cgroup", type=Path, default=PROC_SELF_CGROUP)
     args = parser.parse_args(argv)
@@ -203,7 +203,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     try:
         budget = one_container_budget(available_cpus(args.cgroup_root, args.proc_cgroup), env)
     except ValueError as exc:
-        print(f"python -m api.cpu_budget: {exc}", file=sys.stderr)
+        print(f"python -m api.ops.cpu_budget: {exc}", file=sys.stderr)
         return 2
     sys.stdout.write(shell_assignments(budget, env))
     return 0
