@@ -22,6 +22,7 @@ from api.app import create_app
 from api.config.enabled_routes import MULTIPART_ALLOWANCE_BYTES
 from api.config.settings import Settings
 from api.examples.digits import route as digits_route
+from api.request.admission.rules import multipart_boundary
 from api.serving_client import DataType, PredictRequest, Tensor
 from models.digits_data import encode, load_split, render
 from tests.api.fake_client import FakeClient, FakeModel, signature_info
@@ -227,6 +228,7 @@ import sys
 from fastapi.testclient import TestClient
 from api.app import create_app
 from api.config.settings import Settings
+from api.request.admission.rules import multipart_boundary
 from models.digits_data import encode, load_split, render
 
 png = encode(render(load_split().test_x[0]))
@@ -260,6 +262,23 @@ def test_a_broken_multipart_upload_is_400(client: TestClient, body: bytes) -> No
     r = client.post(URL, content=body, headers={"content-type": "multipart/form-data; boundary=b"})
     assert r.status_code == 400, r.text
     assert r.json()["code"] == "bad_request" and "closing boundary" in r.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    [
+        b"multipart/form-data; boundary=b", b"Multipart/Form-Data;BOUNDARY=b", b'multipart/form-data; boundary="a;b"',
+        b'multipart/form-data; boundary="a \\"b\\\\c"; charset=utf-8', b"multipart/form-data ; boundary=----x",
+        b"multipart/form-data; boundary=", b"multipart/form-data", b"multipart/form-data; boundary*=utf-8''b",
+        b"multipart/mixed; boundary=b", b"application/json",
+    ],
+)  # fmt: skip
+def test_the_close_watch_reads_the_boundary_the_form_parser_reads(content_type: bytes) -> None:
+    from python_multipart.multipart import parse_options_header
+
+    media_type, params = parse_options_header(content_type)
+    parsers = params.get(b"boundary") if media_type == b"multipart/form-data" else None
+    assert multipart_boundary(content_type) == (parsers or None)
 
 
 def test_a_whole_form_without_the_image_field_is_still_422(client: TestClient) -> None:

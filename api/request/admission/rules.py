@@ -29,10 +29,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from email.message import Message
 from types import MappingProxyType
 from typing import Final
-
-from python_multipart.multipart import parse_options_header
 
 # The header a caller lowers its budget with: a positive integer, milliseconds.
 TIMEOUT_HEADER: Final = "x-request-timeout-ms"
@@ -44,6 +43,7 @@ EXEMPT_PATHS: Final = frozenset({"/healthz", "/readyz", "/metrics"})
 _TIMEOUT_HEADER: Final = TIMEOUT_HEADER.encode("ascii")
 _CONTENT_LENGTH: Final = b"content-length"
 _CONTENT_TYPE: Final = b"content-type"
+_MULTIPART_FORM_DATA: Final = b"multipart/form-data"
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +145,24 @@ def declared_length(headers: Iterable[tuple[bytes, bytes]]) -> int | None:
     return None
 
 
+def multipart_boundary(content_type: bytes) -> bytes | None:
+    """The `boundary` parameter of a `multipart/form-data` Content-Type, unquoted; None for
+    another media type or without one.
+
+    Read as the form parser (python-multipart's `parse_options_header`) reads it: media type
+    and parameter names in any case, a quoted value with its `\\` and `\"` escapes undone,
+    the RFC 2231 form (`boundary*=`), which RFC 7578 forbids here, not taken. The standard
+    library's header parser does that (the API itself does not depend on python-multipart: only
+    a route that takes an upload needs it). Only a multipart request pays for the parse.
+    """
+    if content_type.partition(b";")[0].strip(b" \t").lower() != _MULTIPART_FORM_DATA:
+        return None
+    header = Message()
+    header["content-type"] = content_type.decode("latin-1")
+    boundary = header.get_param("boundary")
+    return boundary.encode("latin-1") if isinstance(boundary, str) and boundary else None
+
+
 class MultipartCloseWatch:
     """Watches a `multipart/form-data` body, chunk by chunk, for its close delimiter
     (RFC 2046 5.1.1: `--` boundary `--`, after the last part), without holding the body.
@@ -164,9 +182,8 @@ class MultipartCloseWatch:
         (one without a boundary is refused by the form parser itself)."""
         for name, value in headers:
             if name == _CONTENT_TYPE:
-                media_type, params = parse_options_header(value)
-                boundary = params.get(b"boundary")
-                return cls(boundary) if media_type == b"multipart/form-data" and boundary else None
+                boundary = multipart_boundary(value)
+                return cls(boundary) if boundary else None
         return None
 
     def feed(self, chunk: bytes) -> None:
