@@ -19,7 +19,7 @@ import httpx
 import numpy as np
 import pytest
 
-from api.examples.digits.images import preprocess_digit
+from examples.digits.images import preprocess_digit
 from models.digits_data import encode, load_split, render
 from tests.support import (
     REPO,

@@ -32,7 +32,7 @@ from api.model_routes import FileUpload, JsonBody, ModelRoute, Signature
 
 # Built-in routes by name -> import path of their declaration.
 BUILT_IN: Mapping[str, str] = MappingProxyType(
-    {"fraud": "api.examples.fraud:route", "digits": "api.examples.digits:route"}
+    {"fraud": "examples.fraud.route:route", "digits": "examples.digits.route:route"}
 )
 
 # Room for the multipart framing around an uploaded file (boundaries, part headers, a

@@ -23,7 +23,6 @@ from fastapi import FastAPI
 
 from api.app import create_app as create_api
 from api.config.settings import ModelSettings, Settings
-from api.examples.fraud import route as fraud_route
 from api.model_routes import Signature, TensorSpec
 from api.serving_client import (
     Deadline,
@@ -37,6 +36,7 @@ from api.serving_client import (
     TensorInfo,
     VersionStatus,
 )
+from examples.fraud.route import route as fraud_route
 
 NO_MODEL = "none"
 NO_MODEL_VERSION = 1

@@ -21,9 +21,9 @@ from fastapi.testclient import TestClient
 from api.app import create_app
 from api.config.enabled_routes import MULTIPART_ALLOWANCE_BYTES
 from api.config.settings import Settings
-from api.examples.digits import route as digits_route
 from api.request.admission.rules import multipart_boundary
 from api.serving_client import DataType, PredictRequest, Tensor
+from examples.digits.route import route as digits_route
 from models.digits_data import encode, load_split, render
 from tests.api.fake_client import FakeClient, FakeModel, signature_info
 from tests.support import REPO

@@ -281,7 +281,7 @@ def test_readyz_reports_each_route(settings: Settings) -> None:
             "fraud": FakeModel({"serving_default": wrong}, lambda r: {}),
         }
     )
-    from api.examples.fraud import route as fraud
+    from examples.fraud.route import route as fraud
 
     with TestClient(create_app(settings, routes=[CIRCLE, fraud], open_client=fake.opener)) as c:
         r = c.get("/readyz")
@@ -385,7 +385,7 @@ def test_a_declaration_is_checked_when_it_is_made() -> None:
 PROBE = """
 import sys
 import api.app, api.config.enabled_routes
-print("LOADED:" + ",".join(sorted(m for m in sys.modules if m.startswith("api.examples"))))
+print("LOADED:" + ",".join(sorted(m for m in sys.modules if m.startswith("examples"))))
 """
 
 

@@ -1,4 +1,4 @@
-"""Request bodies are strict: each field takes its own JSON type only (api.examples.fraud.schemas).
+"""Request bodies are strict: each field takes its own JSON type only (examples.fraud.schemas).
 
 Checked through the real app (FastAPI validates the parsed JSON in pydantic's Python
 mode, where lax and strict differ from JSON mode), with serving unreachable: a body that

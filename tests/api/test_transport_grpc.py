@@ -18,8 +18,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from api.examples.fraud.features import extract_features
-from api.examples.fraud.schemas import Transaction
 from api.serving_client import (
     Deadline,
     ModelSpec,
@@ -30,6 +28,8 @@ from api.serving_client import (
     Tensor,
 )
 from api.serving_client._grpc import GrpcTransport
+from examples.fraud.features import extract_features
+from examples.fraud.schemas import Transaction
 from tests.api.fake_serving import fake_score
 from tests.api.stack import (
     FakeServing,

@@ -11,13 +11,13 @@ import orjson
 import pytest
 from fastapi.testclient import TestClient
 
-from api.examples.fraud.schemas import Transaction
 from bench.__main__ import default_pinning, jobs_for
 from bench.apps import ceiling
 from bench.apps.common import build_app
 from bench.plan import QUICK
 from bench.setups import all_setups, custom_variant, split_environment, split_variants
 from bench.workload import FRAUD, FRAUD_TRANSFORMER, WORKLOADS, body_pool
+from examples.fraud.schemas import Transaction
 
 
 @dataclass

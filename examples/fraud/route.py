@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from api.examples.fraud.features import N_FEATURES, extract_features
-from api.examples.fraud.schemas import FraudScore, Transaction
 from api.model_routes import DataType, JsonBody, ModelRoute, Prediction, Signature, TensorSpec
+from examples.fraud.features import N_FEATURES, extract_features
+from examples.fraud.schemas import FraudScore, Transaction
 
 
 class FraudOptions(BaseModel):

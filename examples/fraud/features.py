@@ -17,7 +17,7 @@ import math
 from collections.abc import Sequence
 from datetime import datetime
 
-from api.examples.fraud.schemas import Location, Transaction
+from examples.fraud.schemas import Location, Transaction
 
 # Static reference rates (USD per unit of currency) used only to put amounts from
 # different currencies on one scale. They are part of the model's definition: change

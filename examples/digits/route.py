@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from api.examples.digits.images import DIGIT_SIDE, ImageError, preprocess_digit
 from api.model_routes import (
     DataType,
     FileUpload,
@@ -29,6 +28,7 @@ from api.model_routes import (
     TensorSpec,
     Upload,
 )
+from examples.digits.images import DIGIT_SIDE, ImageError, preprocess_digit
 
 N_CLASSES = 10
 
