@@ -19,6 +19,8 @@ STAMP := $(VENV)/.installed-stamp
 API_PORT ?= 8000
 REST_API_PORT ?= 8501
 GRPC_PORT ?= 8500
+# The example routes (examples/), which run-server.sh (make run) serves by default too.
+EXAMPLE_ROUTES := examples.fraud.route:route,examples.digits.route:route
 
 .PHONY: install run test chaos compose-test model protos doctor import-graph bench bench-full bench-serving clean
 
@@ -27,7 +29,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[api,serving,dev,bench]'
+	$(PY) -m pip install --quiet -e '.[api,serving,examples,dev,bench]'
 	@touch $(STAMP)
 
 run: $(STAMP)
@@ -55,7 +57,7 @@ protos: $(STAMP)
 	$(PY) -m api.protos.generate
 
 doctor: $(STAMP)
-	$(PY) -m api.ops.doctor
+	MODEL_ROUTES="$${MODEL_ROUTES:-$(EXAMPLE_ROUTES)}" $(PY) -m api.ops.doctor
 
 import-graph: $(STAMP)
 	$(PY) -m tools.import_graph api serving

@@ -34,6 +34,8 @@
 #   SERVING_READY_TIMEOUT_S [120]  PYTHON [python3]
 #   SERVING_ARGS: extra flags for the model server (e.g. --enable_batching); its thread
 #     flags win over the CPU budget's
+#   MODEL_ROUTES [the examples: examples.fraud.route:route,examples.digits.route:route]: the
+#     API's model routes, package.module:attribute, imported from PYTHONPATH and this folder
 set -euo pipefail
 
 MODEL_CONFIG_FILE=${MODEL_CONFIG_FILE:-models.config}
@@ -47,6 +49,8 @@ SERVING_BIND_HOST=${SERVING_BIND_HOST:-127.0.0.1}
 SERVING_MAX_RESTARTS=${SERVING_MAX_RESTARTS:-5}
 SERVING_RESTART_WINDOW_S=${SERVING_RESTART_WINDOW_S:-60}
 PYTHON=${PYTHON:-python3}
+# The examples' routes (examples/, beside this script), for the example models of models.config.
+export MODEL_ROUTES=${MODEL_ROUTES:-examples.fraud.route:route,examples.digits.route:route}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 log() { echo "run-server: $*" >&2; }
@@ -202,7 +206,7 @@ else
   serving_at="$SERVING_URL"
 fi
 log "API ready on ${api_url} (serving at ${serving_at}); routes and schemas: ${api_url}/docs"
-if [[ ",${MODEL_ROUTES:-fraud,digits}," == *",fraud,"* ]]; then
+if [[ ",${MODEL_ROUTES}," == *",examples.fraud.route:route,"* ]]; then
   log "Try: curl -s -X POST ${api_url}/v1/fraud/score -H 'content-type: application/json' -d @examples/transaction.json"
 fi
 

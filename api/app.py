@@ -23,7 +23,7 @@ from typing import Any
 import anyio
 from fastapi import FastAPI
 
-from api.config.enabled_routes import configure_routes, ignored_model_settings, load_routes
+from api.config.enabled_routes import configure_routes, load_routes
 from api.config.settings import Settings
 from api.inference.readiness import require_models
 from api.inference.served_model import ServedModel
@@ -70,7 +70,6 @@ def create_app(
     """
     settings = settings if settings is not None else Settings()
     declared = routes if routes is not None else load_routes(settings.model_routes)
-    ignored = ignored_model_settings(declared, settings)
     endpoints = [ModelEndpoint(configured) for configured in configure_routes(declared, settings)]
     models = [e.configured.signature.model_name for e in endpoints]
     opener: ClientOpener = open_client or partial(_open_from_settings, settings, models)
@@ -116,7 +115,7 @@ def create_app(
     install_error_handlers(app)
     observability = install_observability(app, settings)
     # Here, once per process (gunicorn's master under preload), not in each worker.
-    for message in [*settings.legacy_names_in_use(), *ignored]:
+    for message in settings.legacy_names_in_use():
         logger.warning(message)
     # Made here, in gunicorn's master under preload, so every worker inherits the same shared
     # memory; each worker takes its slot in the lifespan.

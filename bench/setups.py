@@ -66,6 +66,7 @@ API_GUNICORN_CONF = REPO / "gunicorn.conf.py"
 RUN_SERVER = REPO / "run-server.sh"
 # The API settings (api.config.settings) that enable routes and name the model behind the fraud route.
 MODEL_ROUTES_ENV = "MODEL_ROUTES"
+FRAUD_ROUTE = "examples.fraud.route:route"
 FRAUD_MODEL_ENV = "MODELS__FRAUD__MODEL_NAME"
 
 # Environment of every server process: quiet TensorFlow C++ logs.
@@ -403,7 +404,7 @@ def split_environment(
     env["MODEL_CONFIG_FILE"] = str(config)
     # Serving has that model alone: the API serves the fraud route only (it refuses to start
     # with a route whose model serving does not have).
-    env[MODEL_ROUTES_ENV] = "fraud"
+    env[MODEL_ROUTES_ENV] = FRAUD_ROUTE
     if workload.model_name != FRAUD.model_name:
         env[FRAUD_MODEL_ENV] = workload.model_name
     return env

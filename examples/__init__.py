@@ -1,6 +1,9 @@
-"""Example model routes, each in its own package, each declared with `api.model_routes` only.
+"""Example model routes, each declared with the API's extension point (`api.model_routes`) only.
 
-`fraud` (a JSON transaction, a score) and `digits` (an uploaded picture, a class): the
-built-in routes `MODEL_ROUTES` names by default. A route of your own has the same shape,
-anywhere on the import path (README, "Serve your own model").
+`fraud` (a JSON transaction in, a score out) and `digits` (an uploaded picture in, the digit
+out) are enabled like a route of one's own, by the import path of their declarations:
+`MODEL_ROUTES=examples.fraud.route:route,examples.digits.route:route`, which `make run`,
+`run-server.sh`, docker-compose.yml and deploy/k8s set. They are not part of the API package
+nor of its image; their own dependencies are the `examples` extra. `own_model/` is the README's
+walk-through of a route of one's own (an iris classifier), enabled from its own folder.
 """

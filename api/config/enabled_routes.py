@@ -3,37 +3,30 @@
     routes = load_routes(settings.model_routes)        # ModelRoute declarations
     configured = configure_routes(routes, settings)    # with MODELS__<ROUTE>__... applied
 
-`MODEL_ROUTES` names each route: a built-in one by its name (`BUILT_IN`), any other by
-the import path of its `ModelRoute`, `package.module:attribute` (as MLServer's
-`implementation` names a model class). Routes are imported by path: no module of the
-app imports an example (`api/examples/` uses the app's extension point, not the reverse).
+`MODEL_ROUTES` names each route by the import path of its `ModelRoute`,
+`package.module:attribute` (as MLServer's `implementation` names a model class), e.g.
+`examples.fraud.route:route`, imported from the Python path (`PYTHONPATH`, the working
+directory, site-packages). The API has no routes of its own: the examples in `examples/`
+are enabled like any user's route, and no module of the app imports them.
 
 Every mistake here stops the app at build time with a message naming the variable the
-user set (a deprecated flat name such as `FRAUD_THRESHOLD`, or `MODELS__<ROUTE>__...`): an
-unknown route, two routes on one path, settings for a route that is neither enabled nor
-built in, an option the route does not have, a value its options model refuses. Settings
-of a built-in route that this deployment does not enable are not a mistake -- one
-environment may be shared by deployments serving different subsets -- and are ignored
-(`ignored_model_settings` says which, for the start-up log).
+user set (`MODEL_ROUTES`, `MODELS__<ROUTE>__...`): no route, a path that does not import,
+two routes on one path, settings for a route that is not enabled, an option the route does
+not have, a value its options model refuses.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from types import MappingProxyType
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
 from api.config.settings import ModelSettings, Settings
 from api.model_routes import FileUpload, JsonBody, ModelRoute, Signature
-
-# Built-in routes by name -> import path of their declaration.
-BUILT_IN: Mapping[str, str] = MappingProxyType(
-    {"fraud": "examples.fraud.route:route", "digits": "examples.digits.route:route"}
-)
 
 # Room for the multipart framing around an uploaded file (boundaries, part headers, a
 # long filename) when the whole body is checked against the file's limit.
@@ -68,37 +61,53 @@ def load_routes(entries: Sequence[str]) -> list[ModelRoute[Any, Any, Any]]:
     """The `ModelRoute` of each `MODEL_ROUTES` entry, in order.
 
     Raises:
-        RouteConfigError: an entry is neither a built-in name nor an importable
-            `module:attribute` holding a `ModelRoute`.
+        RouteConfigError: there is no entry; an entry is not `package.module:attribute`; its
+            module is not on the Python path (the message names `PYTHONPATH`) or fails to
+            import (e.g. a package it needs is not installed); or the attribute is missing or
+            not a `ModelRoute`.
     """
-    routes = []
-    for entry in entries:
-        path = BUILT_IN.get(entry, entry)
-        module_name, _, attribute = path.partition(":")
-        if not attribute:
+    if not entries:
+        raise RouteConfigError(
+            "MODEL_ROUTES is not set: name the model routes to serve, each the import path of its ModelRoute, "
+            "package.module:attribute, comma-separated"
+        )
+    return [_import_route(entry) for entry in entries]
+
+
+def _import_route(entry: str) -> ModelRoute[Any, Any, Any]:
+    module_name, _, attribute = entry.partition(":")
+    if not module_name or not attribute:
+        raise RouteConfigError(f"MODEL_ROUTES: {entry!r} is not an import path package.module:attribute")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if module_name == missing or module_name.startswith(missing + "."):
+            path = os.environ.get("PYTHONPATH")
             raise RouteConfigError(
-                f"MODEL_ROUTES: {entry!r} is neither a built-in route ({', '.join(BUILT_IN)}) "
-                "nor an import path package.module:attribute"
-            )
-        try:
-            declared = getattr(importlib.import_module(module_name), attribute)
-        except (ImportError, AttributeError) as exc:
-            raise RouteConfigError(f"MODEL_ROUTES: cannot import {path!r}: {exc}") from exc
-        if not isinstance(declared, ModelRoute):
-            raise RouteConfigError(f"MODEL_ROUTES: {path!r} is a {type(declared).__name__}, not a ModelRoute")
-        routes.append(declared)
-    return routes
+                f"MODEL_ROUTES: cannot import {entry!r}: no module {missing!r} on the Python path; add the "
+                f"directory that holds it to PYTHONPATH ({f'now {path!r}' if path else 'not set'})"
+            ) from exc
+        raise RouteConfigError(
+            f"MODEL_ROUTES: cannot import {entry!r}: {exc} (a package its module imports is not installed)"
+        ) from exc
+    except ImportError as exc:
+        raise RouteConfigError(f"MODEL_ROUTES: cannot import {entry!r}: {exc}") from exc
+    declared = getattr(module, attribute, None)
+    if declared is None:
+        raise RouteConfigError(f"MODEL_ROUTES: module {module_name!r} has no attribute {attribute!r}")
+    if not isinstance(declared, ModelRoute):
+        raise RouteConfigError(f"MODEL_ROUTES: {entry!r} is a {type(declared).__name__}, not a ModelRoute")
+    return declared
 
 
 def configure_routes(routes: Sequence[ModelRoute[Any, Any, Any]], settings: Settings) -> list[ConfiguredRoute]:
     """Apply `settings.models[<route name>]` to each route.
 
-    Settings of a built-in route not among `routes` are ignored (`ignored_model_settings`).
-
     Raises:
         RouteConfigError: two routes share a name or a path, settings name a route that is
-            neither among `routes` nor built in, or a route's settings name an option it
-            does not have or a value it refuses.
+            not among `routes`, or a route's settings name an option it does not have or a
+            value it refuses.
     """
     seen_names: set[str] = set()
     seen_paths: set[str] = set()
@@ -109,26 +118,14 @@ def configure_routes(routes: Sequence[ModelRoute[Any, Any, Any]], settings: Sett
         seen_names.add(route.name)
         seen_paths.add(route.path)
         configured.append(_configure(route, settings.models.get(route.name, ModelSettings()), settings))
-    unknown = sorted(settings.models.keys() - seen_names - BUILT_IN.keys())
+    unknown = sorted(settings.models.keys() - seen_names)
     if unknown:
         variables = settings.model_setting_variables(unknown[0]) or [f"MODELS__{unknown[0].upper()}__..."]
         raise RouteConfigError(
             f"{', '.join(variables)}: no route is named {unknown[0]!r} (MODEL_ROUTES serves "
-            f"{', '.join(sorted(seen_names))}; built-in routes: {', '.join(BUILT_IN)})"
+            f"{', '.join(sorted(seen_names))})"
         )
     return configured
-
-
-def ignored_model_settings(routes: Sequence[ModelRoute[Any, Any, Any]], settings: Settings) -> list[str]:
-    """One message per built-in route that has settings but is not among `routes`,
-    naming the variables, for the start-up log: they are not applied."""
-    enabled = {route.name for route in routes}
-    return [
-        f"{', '.join(settings.model_setting_variables(name))} ignored: route {name!r} is not enabled "
-        f"(MODEL_ROUTES serves {', '.join(sorted(enabled))})"
-        for name in sorted(settings.models.keys() & BUILT_IN.keys() - enabled)
-        if settings.model_setting_variables(name)
-    ]
 
 
 def _configure(route: ModelRoute[Any, Any, Any], own: ModelSettings, settings: Settings) -> ConfiguredRoute:

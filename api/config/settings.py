@@ -78,10 +78,10 @@ class Settings(BaseSettings):
     )
     # Model routes (api.config.enabled_routes): which are served, and their per-model settings.
     model_routes: Annotated[list[str], NoDecode] = Field(
-        default_factory=lambda: ["fraud", "digits"],
-        min_length=1,
-        description="Model routes this deployment serves, comma-separated: a built-in route's name "
-        "(fraud, digits) or the import path of a `ModelRoute`, `package.module:attribute`.",
+        default_factory=list,
+        description="Model routes this deployment serves, comma-separated, each the import path of a "
+        "`ModelRoute`, `package.module:attribute` (e.g. examples.fraud.route:route); required unless the "
+        "app is given its routes (`create_app(routes=...)`).",
     )
     models: dict[str, ModelSettings] = Field(
         default_factory=dict,

@@ -18,9 +18,10 @@ can gate a CI job or a container start:
    the model-server flags in `SERVING_ARGS` (and its `--batching_parameters_file`); the
    one-container budget `run-server.sh` starts with (`api.ops.cpu_budget.one_container_budget`),
    so `make doctor` with nothing set checks the default deployment.
-2. Blocking calls in `async def` endpoints: the app is built (no lifespan, no I/O) and
-   each `async def` endpoint's source is parsed with `ast`, flagging calls that hold the
-   event loop (time.sleep, requests.*, urllib, sync httpx, open(), subprocess.*,
+2. Blocking calls in `async def` endpoints: the app is built from the environment (the
+   routes `MODEL_ROUTES` names; `make doctor` enables the examples unless it is set), with
+   no lifespan and no I/O, and each `async def` endpoint's source is parsed with `ast`,
+   flagging calls that hold the event loop (time.sleep, requests.*, urllib, sync httpx, open(), subprocess.*,
    os.system, Path.read_*/write_*, and a `.predict(` that is not awaited). Calls inside
    nested functions are skipped (they may be sent to a thread). A static check: it
    sees only the endpoint's own body, not what it calls.

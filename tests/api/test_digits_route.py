@@ -26,7 +26,7 @@ from api.serving_client import DataType, PredictRequest, Tensor
 from examples.digits.route import route as digits_route
 from models.digits_data import encode, load_split, render
 from tests.api.fake_client import FakeClient, FakeModel, signature_info
-from tests.support import REPO
+from tests.support import EXAMPLE_ROUTES, REPO
 
 URL = "/v1/digits/classify"
 IMAGE_LIMIT = 50_000
@@ -39,7 +39,11 @@ def png() -> bytes:
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[TestClient]:
-    settings = Settings(serving_url="http://127.0.0.1:9", models={"digits": {"max_body_bytes": IMAGE_LIMIT}})
+    settings = Settings(
+        model_routes=EXAMPLE_ROUTES.split(","),
+        serving_url="http://127.0.0.1:9",
+        models={"digits": {"max_body_bytes": IMAGE_LIMIT}},
+    )
     with TestClient(create_app(settings)) as c:
         yield c
 
@@ -164,7 +168,7 @@ def probs(hot: int) -> list[float]:
 
 def classify_with(tmp_path: Path, png: bytes, model: FakeModel) -> tuple[httpx.Response, FakeClient]:
     fake = FakeClient({"digits": model})
-    settings = Settings(model_routes=["digits"], events_jsonl_path=tmp_path / "events.jsonl")
+    settings = Settings(model_routes=["examples.digits.route:route"], events_jsonl_path=tmp_path / "events.jsonl")
     with TestClient(create_app(settings, open_client=fake.opener)) as c:
         return c.post(URL, files={"image": ("d.png", png, "image/png")}), fake
 
@@ -230,9 +234,11 @@ from api.app import create_app
 from api.config.settings import Settings
 from api.request.admission.rules import multipart_boundary
 from models.digits_data import encode, load_split, render
+from tests.support import EXAMPLE_ROUTES
 
 png = encode(render(load_split().test_x[0]))
-with TestClient(create_app(Settings(serving_url="http://127.0.0.1:9"))) as client:
+settings = Settings(model_routes=EXAMPLE_ROUTES.split(","), serving_url="http://127.0.0.1:9")
+with TestClient(create_app(settings)) as client:
     r = client.post("/v1/digits/classify", files={"image": ("d.png", png, "image/png")})
     assert r.status_code == 503, r.text  # preprocessed, then serving unreachable
 heavy = sorted(m for m in sys.modules if m.split(".")[0] in {"tensorflow", "keras", "tensorflow_serving"})

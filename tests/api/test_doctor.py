@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from api.ops.doctor import blocking_calls, main, serving_flag
-from tests.support import REPO
+from tests.support import EXAMPLE_ROUTES, REPO
 
 GOOD_CONFIG = REPO / "gunicorn.conf.py"
 
@@ -76,7 +76,8 @@ def bad_app_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     return "doctor_bad_app:create"
 
 
-def test_good_configuration_passes(capsys: pytest.CaptureFixture[str]) -> None:
+def test_good_configuration_passes(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MODEL_ROUTES", EXAMPLE_ROUTES)  # the app is built from the environment
     code, out = run_doctor(
         capsys,
         "--cpus=4",

@@ -27,6 +27,7 @@ from api.serving_client import (
     ServingUnavailable,
 )
 from tests.api.stack import transactions
+from tests.support import EXAMPLE_ROUTES
 
 SCORE = "/v1/fraud/score"
 
@@ -44,6 +45,7 @@ def assert_error_shape(response, status: int, code: str) -> dict:  # type: ignor
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
     settings = Settings(
+        model_routes=EXAMPLE_ROUTES.split(","),
         serving_url="http://127.0.0.1:9",
         events_jsonl_path=tmp_path_factory.mktemp("events") / "events.jsonl",
         serving_max_attempts=1,

@@ -23,6 +23,7 @@ from api.app import create_app
 from api.config.settings import Settings
 from api.observability.loop_monitor import LoopMonitor
 from api.observability.metrics import ApiMetrics
+from tests.support import EXAMPLE_ROUTES
 
 BLOCKING_ROUTE = "/test/blocking/{n}"
 NON_BLOCKING_ROUTE = "/test/awaiting"
@@ -30,6 +31,7 @@ NON_BLOCKING_ROUTE = "/test/awaiting"
 
 def build_app(tmp_path: Path) -> FastAPI:
     settings = Settings(
+        model_routes=EXAMPLE_ROUTES.split(","),
         serving_url="http://127.0.0.1:9",
         events_jsonl_path=tmp_path / "events.jsonl",
         loop_monitor_interval_s=0.02,

@@ -99,6 +99,10 @@ def circle_model(score: float = 0.75, **kwargs: object) -> FakeModel:
     return FakeModel({"serving_default": signature_info(CIRCLE.signature)}, answer, **kwargs)  # type: ignore[arg-type]
 
 
+# The fraud example, enabled as any route is: by the import path of its declaration.
+FRAUD = "examples.fraud.route:route"
+
+
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
     return Settings(events_jsonl_path=tmp_path / "events.jsonl", serving_timeout_s=1.0)
@@ -178,11 +182,11 @@ def test_per_model_settings_are_nested_by_route_name(settings: Settings, fake: F
 
 
 def test_settings_come_from_nested_environment_variables(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("MODEL_ROUTES", "fraud, tests.api.test_model_routes:CIRCLE")
+    monkeypatch.setenv("MODEL_ROUTES", f"{FRAUD}, tests.api.test_model_routes:CIRCLE")
     monkeypatch.setenv("MODELS__CIRCLE__CUTOFF", "0.25")
     monkeypatch.setenv("MODELS__FRAUD__SIGNATURE_NAME", "scores")
     settings = Settings()
-    assert settings.model_routes == ["fraud", "tests.api.test_model_routes:CIRCLE"]
+    assert settings.model_routes == [FRAUD, "tests.api.test_model_routes:CIRCLE"]
     fraud, circle = configure_routes(load_routes(settings.model_routes), settings)
     assert fraud.signature.signature_name == "scores" and fraud.signature.model_name == "fraud"
     assert circle.route is CIRCLE and circle.options == CircleOptions(cutoff=0.25)
@@ -193,7 +197,7 @@ def test_the_old_flat_names_still_work(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DIGITS_MAX_IMAGE_BYTES", "1000")
     monkeypatch.setenv("MODELS__DIGITS__MAX_BODY_BYTES", "2000")  # the new name wins
     settings = Settings()
-    fraud, digits = configure_routes(load_routes(["fraud", "digits"]), settings)
+    fraud, digits = configure_routes(load_routes([FRAUD, "examples.digits.route:route"]), settings)
     assert fraud.options.threshold == 0.8  # type: ignore[attr-defined]
     assert digits.max_upload_bytes == 2000
     assert settings.legacy_names_in_use() == [
@@ -210,11 +214,17 @@ OWN = "tests.api.test_model_routes:CIRCLE"
     [
         ({"circle": {"cutof": 0.1}}, [OWN], "MODELS__CIRCLE__CUTOF: route 'circle' has no such setting"),
         ({"circle": {"cutoff": 7}}, [OWN], "MODELS__CIRCLE__CUTOFF: Input should be less than or equal to 1"),
-        ({"fruad": {"threshold": 0.3}}, ["fraud"], "MODELS__FRUAD__THRESHOLD: no route is named 'fruad'"),
-        ({}, ["nope"], "'nope' is neither a built-in route"),
+        ({"fruad": {"threshold": 0.3}}, [FRAUD], "MODELS__FRUAD__THRESHOLD: no route is named 'fruad'"),
+        # Settings of a route this deployment does not serve are a mistake like any other.
+        ({"fraud": {"threshold": 0.3}}, [OWN], "MODELS__FRAUD__THRESHOLD: no route is named 'fraud' (MODEL_"),
+        ({}, [], "MODEL_ROUTES is not set"),
+        ({}, ["fraud"], "'fraud' is not an import path package.module:attribute"),
         ({}, ["tests.api.test_model_routes:Point"], "is a ModelMetaclass, not a ModelRoute"),
-        ({}, ["no.such.module:route"], "cannot import 'no.such.module:route'"),
-        ({}, ["fraud", "fraud"], "two routes named 'fraud'"),
+        ({}, ["no.such.module:route"], "cannot import 'no.such.module:route': no module 'no' on the Python path; add"),
+        ({}, ["no.such.module:route"], "add the directory that holds it to PYTHONPATH"),
+        ({}, ["examples.fraud.nope:route"], "no module 'examples.fraud.nope' on the Python path"),
+        ({}, ["examples.fraud.route:nope"], "module 'examples.fraud.route' has no attribute 'nope'"),
+        ({}, [FRAUD, FRAUD], "two routes named 'fraud'"),
     ],
 )  # fmt: skip
 def test_configuration_mistakes_stop_the_app_with_the_setting_named(
@@ -223,26 +233,6 @@ def test_configuration_mistakes_stop_the_app_with_the_setting_named(
     settings = Settings(models=models, model_routes=routes)  # type: ignore[arg-type]
     with pytest.raises(RouteConfigError, match=message.replace("(", r"\(").replace(".", r"\.")):
         create_app(settings)
-
-
-def test_settings_of_a_built_in_route_that_is_not_enabled_are_ignored_with_one_line(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    """One environment shared by deployments serving different routes: the fraud route's
-    settings, old or new names, do not stop one that serves only another route."""
-    monkeypatch.setenv("MODEL_ROUTES", OWN)
-    monkeypatch.setenv("FRAUD_THRESHOLD", "0.3")
-    monkeypatch.setenv("MODELS__FRAUD__SIGNATURE_NAME", "scores")
-    monkeypatch.setenv("MODELS__DIGITS__MAX_IMAGE_PIXELS", "100")
-    with caplog.at_level("WARNING", logger="api.app"):
-        app = create_app()
-    assert [e.configured.route for e in app.state.model_endpoints] == [CIRCLE]
-    ignored = [r.getMessage() for r in caplog.records if "ignored" in r.getMessage()]
-    assert ignored == [
-        "MODELS__DIGITS__MAX_IMAGE_PIXELS ignored: route 'digits' is not enabled (MODEL_ROUTES serves circle)",
-        "FRAUD_THRESHOLD, MODELS__FRAUD__SIGNATURE_NAME ignored: route 'fraud' is not enabled "
-        "(MODEL_ROUTES serves circle)",
-    ]
 
 
 @pytest.mark.parametrize(
@@ -256,7 +246,7 @@ def test_settings_of_a_built_in_route_that_is_not_enabled_are_ignored_with_one_l
 def test_a_refused_setting_is_named_by_the_variable_that_was_set(
     monkeypatch: pytest.MonkeyPatch, variable: str, value: str, message: str
 ) -> None:
-    monkeypatch.setenv("MODEL_ROUTES", f"fraud,{OWN}")
+    monkeypatch.setenv("MODEL_ROUTES", f"{FRAUD},{OWN}")
     monkeypatch.setenv(variable, value)
     with pytest.raises(RouteConfigError, match=message.replace("(", r"\(").replace(".", r"\.")):
         create_app()
