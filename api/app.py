@@ -14,7 +14,6 @@ same shape by the handlers of `api.request.errors`.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from functools import partial
@@ -38,9 +37,6 @@ from api.request.middleware import RequestMiddleware
 from api.routes import health, metrics
 from api.routes.model_endpoint import ModelEndpoint
 from api.serving_client import Deadline, ServingClient, open_serving_client
-
-logger = logging.getLogger("api.app")
-
 
 ClientOpener = Callable[[], AbstractAsyncContextManager[ServingClient]]
 
@@ -114,9 +110,6 @@ def create_app(
     app.state.model_endpoints = endpoints
     install_error_handlers(app)
     observability = install_observability(app, settings)
-    # Here, once per process (gunicorn's master under preload), not in each worker.
-    for message in settings.legacy_names_in_use():
-        logger.warning(message)
     # Made here, in gunicorn's master under preload, so every worker inherits the same shared
     # memory; each worker takes its slot in the lifespan.
     in_flight = InFlightBoard(settings.max_in_flight_requests)

@@ -18,9 +18,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
-    PrivateAttr,
     field_validator,
-    model_validator,
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
@@ -51,19 +49,6 @@ class ModelSettings(BaseModel):
     )
 
 
-# Flat names the examples' settings had before they were nested by model: field -> (route,
-# setting). Still read, with a warning at start-up naming the new variable.
-LEGACY_MODEL_SETTINGS: dict[str, tuple[str, str]] = {
-    "fraud_model_name": ("fraud", "model_name"),
-    "fraud_signature_name": ("fraud", "signature_name"),
-    "fraud_threshold": ("fraud", "threshold"),
-    "digits_model_name": ("digits", "model_name"),
-    "digits_signature_name": ("digits", "signature_name"),
-    "digits_max_image_bytes": ("digits", "max_body_bytes"),
-    "digits_max_image_pixels": ("digits", "max_image_pixels"),
-}
-
-
 class Settings(BaseSettings):
     """Configuration of one API process."""
 
@@ -87,16 +72,6 @@ class Settings(BaseSettings):
         default_factory=dict,
         description="Per-model settings by route name, from `MODELS__<ROUTE>__<SETTING>` "
         "(e.g. MODELS__FRAUD__SIGNATURE_NAME, MODELS__FRAUD__THRESHOLD).",
-    )
-    # Deprecated flat names of the examples' settings, still honoured (see `_legacy_names`).
-    fraud_model_name: str | None = Field(default=None, description="Deprecated: MODELS__FRAUD__MODEL_NAME.")
-    fraud_signature_name: str | None = Field(default=None, description="Deprecated: MODELS__FRAUD__SIGNATURE_NAME.")
-    fraud_threshold: float | None = Field(default=None, description="Deprecated: MODELS__FRAUD__THRESHOLD.")
-    digits_model_name: str | None = Field(default=None, description="Deprecated: MODELS__DIGITS__MODEL_NAME.")
-    digits_signature_name: str | None = Field(default=None, description="Deprecated: MODELS__DIGITS__SIGNATURE_NAME.")
-    digits_max_image_bytes: int | None = Field(default=None, description="Deprecated: MODELS__DIGITS__MAX_BODY_BYTES.")
-    digits_max_image_pixels: int | None = Field(
-        default=None, description="Deprecated: MODELS__DIGITS__MAX_IMAGE_PIXELS."
     )
     # The serving path (api.serving_client, api.request.admission.rules).
     serving_protocol: Literal["rest", "grpc"] = Field(
@@ -219,27 +194,10 @@ class Settings(BaseSettings):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
 
-    # (route, setting) -> the deprecated flat name its value came from (`_legacy_names`).
-    _legacy_sources: dict[tuple[str, str], str] = PrivateAttr(default_factory=dict)
-
-    @model_validator(mode="after")
-    def _legacy_names(self) -> Settings:
-        """Fold the deprecated flat names into `models`; a nested name set too wins."""
-        for field_name, (route, key) in LEGACY_MODEL_SETTINGS.items():
-            value = getattr(self, field_name)
-            if value is None:
-                continue
-            entry = self.models.setdefault(route, ModelSettings())
-            if getattr(entry, key, None) is None:
-                setattr(entry, key, value)
-                self._legacy_sources[(route, key)] = field_name.upper()
-        return self
-
-    def model_setting_variable(self, route: str, key: str) -> str:
-        """The environment variable a route's setting came from, for messages: its
-        deprecated flat name when that set it (`FRAUD_THRESHOLD`), else the nested one
-        (`MODELS__FRAUD__THRESHOLD`)."""
-        return self._legacy_sources.get((route, key)) or f"MODELS__{route.upper()}__{key.upper()}"
+    @staticmethod
+    def model_setting_variable(route: str, key: str) -> str:
+        """The environment variable of a route's setting, for messages (`MODELS__FRAUD__THRESHOLD`)."""
+        return f"MODELS__{route.upper()}__{key.upper()}"
 
     def model_setting_variables(self, route: str) -> list[str]:
         """Every variable that set one of `route`'s settings (`model_setting_variable`), sorted."""
@@ -248,14 +206,6 @@ class Settings(BaseSettings):
             return []
         keys = entry.model_fields_set | set(entry.model_extra or {})
         return sorted(self.model_setting_variable(route, key) for key in keys)
-
-    def legacy_names_in_use(self) -> list[str]:
-        """Messages for each deprecated flat name that is set (logged at start-up)."""
-        return [
-            f"{name.upper()} is deprecated: use MODELS__{route.upper()}__{key.upper()}"
-            for name, (route, key) in LEGACY_MODEL_SETTINGS.items()
-            if getattr(self, name) is not None
-        ]
 
     @property
     def serving_rest_targets(self) -> list[str]:

@@ -192,20 +192,6 @@ def test_settings_come_from_nested_environment_variables(monkeypatch: pytest.Mon
     assert circle.route is CIRCLE and circle.options == CircleOptions(cutoff=0.25)
 
 
-def test_the_old_flat_names_still_work(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("FRAUD_THRESHOLD", "0.8")
-    monkeypatch.setenv("DIGITS_MAX_IMAGE_BYTES", "1000")
-    monkeypatch.setenv("MODELS__DIGITS__MAX_BODY_BYTES", "2000")  # the new name wins
-    settings = Settings()
-    fraud, digits = configure_routes(load_routes([FRAUD, "examples.digits.route:route"]), settings)
-    assert fraud.options.threshold == 0.8  # type: ignore[attr-defined]
-    assert digits.max_upload_bytes == 2000
-    assert settings.legacy_names_in_use() == [
-        "FRAUD_THRESHOLD is deprecated: use MODELS__FRAUD__THRESHOLD",
-        "DIGITS_MAX_IMAGE_BYTES is deprecated: use MODELS__DIGITS__MAX_BODY_BYTES",
-    ]
-
-
 OWN = "tests.api.test_model_routes:CIRCLE"
 
 
@@ -238,7 +224,6 @@ def test_configuration_mistakes_stop_the_app_with_the_setting_named(
 @pytest.mark.parametrize(
     ("variable", "value", "message"),
     [
-        ("FRAUD_THRESHOLD", "2", "FRAUD_THRESHOLD: Input should be less than or equal to 1"),
         ("MODELS__FRAUD__THRESHOLD", "2", "MODELS__FRAUD__THRESHOLD: Input should be less than or equal to 1"),
         ("MODELS__CIRCEL__CUTOFF", "0.5", "MODELS__CIRCEL__CUTOFF: no route is named 'circel'"),
     ],
