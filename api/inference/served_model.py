@@ -2,7 +2,8 @@
 
 `ServedModel` is one servable called through one signature: it pins each predict to
 the latest AVAILABLE version (read from model status and cached, because TF Serving's
-REST answer does not say which version ran) and returns the outputs with that version.
+REST answer does not say which version ran) and returns serving's `PredictResponse` with
+that version.
 Every model route (`api.routes.model_endpoint`) calls its model through one. With `shedding` on, it
 refuses at once a request whose remaining budget is below the model's current median
 latency (`api.request.admission.shedding`).
@@ -13,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from api.request.admission.shedding import LatencyEstimate
 from api.serving_client import (
@@ -21,6 +21,7 @@ from api.serving_client import (
     DeadlineExceeded,
     ModelSpec,
     PredictRequest,
+    PredictResponse,
     ServingBadResponse,
     ServingClient,
     ServingNotFound,
@@ -28,20 +29,6 @@ from api.serving_client import (
     ServingUnavailable,
     Tensor,
 )
-
-
-@dataclass(frozen=True)
-class Answer:
-    """A model's outputs for one call and the version that produced them.
-
-    Attributes:
-        outputs: output name -> tensor, batch first (a single unnamed REST output is
-            under the name the model was asked for).
-        version: the model version that ran.
-    """
-
-    outputs: Mapping[str, Tensor]
-    version: int
 
 
 class LatestVersion:
@@ -136,7 +123,7 @@ class ServedModel:
 
     async def predict(
         self, inputs: Mapping[str, Tensor], deadline: Deadline, *, outputs: Sequence[str] = ()
-    ) -> Answer:
+    ) -> PredictResponse:
         """Run the signature on `inputs`, pinned to the latest AVAILABLE version.
 
         When that version was unloaded in the meantime (NOT_FOUND), model status is read
@@ -148,6 +135,11 @@ class ServedModel:
             outputs: output names the caller needs; each must be in the answer. A
                 single unnamed output (TF Serving's REST answer for a one-output
                 signature) is returned under the only name asked for.
+
+        Returns:
+            The answer (`PredictResponse`, the serving client's, as for every call to serving):
+            output name -> tensor, batch first; `model_version` always set, to the version
+            that ran (REST does not say which: the one the call was pinned to).
 
         Raises:
             DeadlineExceeded: shedding is on and less of the budget is left than the
@@ -193,5 +185,5 @@ class ServedModel:
                     f"model '{self.model_name}' answered without output(s) {missing}; got {sorted(named)}"
                 )
             self.latency.record(time.monotonic() - started)
-            return Answer(named, response.model_version if response.model_version is not None else version)
+            return PredictResponse(named, response.model_version if response.model_version is not None else version)
         raise AssertionError("unreachable")

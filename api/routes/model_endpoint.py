@@ -170,10 +170,12 @@ class ModelEndpoint:
                 raise self._invalid(request, str(exc)) from exc
             inputs = example_inputs(self._inputs, values)
         with ctx.stage("serving"):
-            answer = await served.predict(inputs, ctx.deadline, outputs=self._output_names)
-        ctx.set_model(served.model_name, answer.version)
-        outputs = example_outputs(self._outputs, answer.outputs, served.model_name)
-        model = ModelInfo(name=served.model_name, version=answer.version)
+            predicted = await served.predict(inputs, ctx.deadline, outputs=self._output_names)
+        version = predicted.model_version
+        assert version is not None, "ServedModel.predict names the version that ran"
+        ctx.set_model(served.model_name, version)
+        outputs = example_outputs(self._outputs, predicted.outputs, served.model_name)
+        model = ModelInfo(name=served.model_name, version=version)
         response = route.postprocess(request, Prediction(outputs, model), self._options)
         if self._events is not None:
             self._events.publish(
@@ -182,7 +184,7 @@ class ModelEndpoint:
                     request_id=ctx.request_id,
                     route=route.name,
                     model_name=served.model_name,
-                    model_version=answer.version,
+                    model_version=version,
                     input_id=route.input_id(request),
                     outputs=outputs,
                     latency_ms=(time.monotonic() - ctx.started) * 1000,
