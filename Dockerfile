@@ -15,7 +15,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY api ./api
-COPY cpu_quota.py ./
+COPY canonical_codes.py cpu_quota.py ./
 RUN pip install '.[api]'
 COPY gunicorn.conf.py ./
 

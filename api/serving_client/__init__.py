@@ -29,7 +29,6 @@ everything else is private to the package.
 
 from api.serving_client._deadline import Deadline, DeadlineExceeded
 from api.serving_client._errors import (
-    Code,
     ServingBadResponse,
     ServingError,
     ServingInternalError,
@@ -54,6 +53,7 @@ from api.serving_client._types import (
     TensorInfo,
     VersionStatus,
 )
+from canonical_codes import Code
 
 __all__ = [
     "ClientConfig",

@@ -27,7 +27,6 @@ from api.serving_client._deadline import Deadline
 from api.serving_client._errors import (
     DEADLINE_PASSED,
     UNREACHABLE,
-    Code,
     ServingError,
     ServingRejected,
     call_budget,
@@ -48,6 +47,7 @@ from api.serving_client._types import (
     PredictResponse,
     no_metadata,
 )
+from canonical_codes import Code
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 _Request = TypeVar("_Request", bound=Message)
