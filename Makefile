@@ -3,7 +3,8 @@
 # make model - retrain and re-export the examples (models/fraud/1, models/digits/1,
 #              models/fraud_transformer/1)
 # make doctor - check the CPU budget of both tiers, blocking async endpoints, gunicorn preload
-# make import-graph - modules, import edges and cycles of api/ and serving/, and their ten largest modules
+# make import-graph - modules, import edges and cycles of api/, serving/ and examples/; modules per folder and
+#                     the layer each folder sits in (from the import contracts); the ten largest modules
 # make protos - regenerate the API's TF Serving protos (api/protos/*_pb2*.py, their .pyi stubs) from the .proto files
 # make chaos - the API under faults and hostile clients (real processes, loopback, ~2 min): a table per fault
 # make bench - throughput at a p99 SLO: naive, tuned in-process, split, ceiling; quick plan (< 8 min on 2 cores)
@@ -60,7 +61,7 @@ doctor: $(STAMP)
 	MODEL_ROUTES="$${MODEL_ROUTES:-$(EXAMPLE_ROUTES)}" $(PY) -m api.ops.doctor
 
 import-graph: $(STAMP)
-	$(PY) -m tools.import_graph api serving
+	$(PY) -m tools.import_graph api serving examples
 
 bench: $(STAMP)
 	$(PY) -m bench
