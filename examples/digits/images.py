@@ -24,7 +24,7 @@ drawing of one digit onto that format:
 
 Pure functions on bytes and Pillow images: no web framework, no NumPy, no I/O. They are
 CPU work (about 0.4 ms for a small drawing, 20-50 ms for a multi-megapixel photo), so
-the API runs them off the event loop (see `api.routes.digits`).
+the route runs them off the event loop (`preprocess_in_thread`, `examples.digits.route`).
 
 Errors: everything a caller can get wrong (not an image, a format other than PNG or
 JPEG, truncated or corrupt data, too many pixels, a blank image) raises `ImageError`,
