@@ -20,12 +20,12 @@ worker per CPU), set before anything imports those libraries. `python -m api.ops
 prints the resulting budget next to the serving tier's threads.
 
 Metrics: the workers share one Prometheus multiprocess directory
-(`PROMETHEUS_MULTIPROC_DIR`, see `api.observability.metrics`). When the variable is unset a fresh
-temporary directory is made and removed when the master exits, a failed start included;
-when it is set, its old `*.db` files are removed at start, as prometheus-client requires.
-Both happen first thing here, in the master: prometheus-client picks in-memory or
-multiprocess values once, when it is first imported, and importing `api.http_server`
-below already imports it (through `api.observability.metrics`).
+(`PROMETHEUS_MULTIPROC_DIR`, see `api.observability.metrics`). When the variable is unset a
+fresh temporary directory is made and removed when the master exits, a failed start
+included; when it is set, its old `*.db` files are removed at start, as prometheus-client
+requires. Both happen first thing here, in the master: prometheus-client picks in-memory or
+multiprocess values once, when it is first imported, and importing `api.http_server` below
+already imports it (through `api.observability.metrics`).
 
 This file is executed by gunicorn only; everything it does is for the server it starts.
 """

@@ -3,13 +3,14 @@
     uvicorn --factory api.app:create_app          # one process
     gunicorn -c gunicorn.conf.py 'api.app:create_app()'
 
-Nothing happens at import time: settings are read inside `create_app`, and the
-serving client (HTTP/1.1 connection pools or gRPC channels, `api.serving_client.open_serving_client`)
-is created in the lifespan, i.e. in each worker after fork, inside its event loop.
+Nothing happens at import time: settings are read inside `create_app`, and the serving
+client (HTTP/1.1 connection pools or gRPC channels,
+`api.serving_client.open_serving_client`) is created in the lifespan, i.e. in each worker
+after fork, inside its event loop.
 
-Middleware: one, `api.request.middleware.RequestMiddleware`, owns each request's context, limits,
-timing and error answer; FastAPI's own validation and HTTP errors are answered in the
-same shape by the handlers of `api.request.errors`.
+Middleware: one, `api.request.middleware.RequestMiddleware`, owns each request's context,
+limits, timing and error answer; FastAPI's own validation and HTTP errors are answered in
+the same shape by the handlers of `api.request.errors`.
 """
 
 from __future__ import annotations

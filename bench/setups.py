@@ -10,12 +10,12 @@
 
 `split` is the product's default, the one the headline measures: exactly what
 `run-server.sh` (and `make run`) starts without extra settings, which sizes both tiers from
-the CPUs it may use (see `api.ops.cpu_budget.one_container_budget`). The benchmark only gives it
-free ports, loopback, a score-event file in the run folder and a model config naming the
-workload's model alone (the in-process setups load that one model too), so the API serves
-the fraud route only (`MODEL_ROUTES`), with that model (`MODELS__FRAUD__MODEL_NAME` for a
-model not named fraud). Variants set one more API
-setting each (coalescing, gRPC towards serving); `split_variants` reads `api.config.settings` at run
+the CPUs it may use (see `api.ops.cpu_budget.one_container_budget`). The benchmark only
+gives it free ports, loopback, a score-event file in the run folder and a model config
+naming the workload's model alone (the in-process setups load that one model too), so the
+API serves the fraud route only (`MODEL_ROUTES`), with that model
+(`MODELS__FRAUD__MODEL_NAME` for a model not named fraud). Variants set one more API setting
+each (coalescing, gRPC towards serving); `split_variants` reads `api.config.settings` at run
 time and says which the API cannot express.
 
 The ceiling is the product's API itself (`bench.apps.ceiling`: the same app factory,

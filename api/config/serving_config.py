@@ -1,6 +1,7 @@
 """Serving's model config (`--model_config_file`, TF Serving's `ModelServerConfig`), read without TensorFlow.
 
-    python -m api.config.serving_config models.config      # prints each model's name, one per line
+    python -m api.config.serving_config models.config      # prints each model's name, one
+    per line
 
 `run-server.sh` waits for exactly the models the config names. The file is a
 `tensorflow.serving.ModelServerConfig` in the protobuf text format; it is parsed by

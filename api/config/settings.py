@@ -258,7 +258,7 @@ class Settings(BaseSettings):
         "is trusted before it is read again, seconds.",
     )
 
-    # Observability (api.request.middleware, api.observability.loop_monitor, api.observability.logging_config).
+    # Observability (api.request.middleware; api.observability: loop_monitor, logging_config).
     log_level: Annotated[
         Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], BeforeValidator(_upper)
     ] = Field(default="INFO", description="Level of the API's JSON logs (`api.*`).")

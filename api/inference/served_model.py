@@ -1,12 +1,11 @@
 """Models on the serving tier, as the API's model routes call them.
 
-`ServedModel` is one servable called through one signature: it pins each predict to
-the latest AVAILABLE version (read from model status and cached, because TF Serving's
-REST answer does not say which version ran) and returns serving's `PredictResponse` with
-that version.
-Every model route (`api.routes.model_endpoint`) calls its model through one. With `shedding` on, it
-refuses at once a request whose remaining budget is below the model's current median
-latency (`api.request.admission.shedding`).
+`ServedModel` is one servable called through one signature: it pins each predict to the
+latest AVAILABLE version (read from model status and cached, because TF Serving's REST
+answer does not say which version ran) and returns serving's `PredictResponse` with that
+version. Every model route (`api.routes.model_endpoint`) calls its model through one. With
+`shedding` on, it refuses at once a request whose remaining budget is below the model's
+current median latency (`api.request.admission.shedding`).
 """
 
 from __future__ import annotations

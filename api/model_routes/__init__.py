@@ -1,6 +1,7 @@
 """The extension point of the API: one typed declaration per model route.
 
-    from api.model_routes import DataType, JsonBody, ModelInfo, ModelRoute, Signature, TensorSpec
+    from api.model_routes import DataType, JsonBody, ModelInfo, ModelRoute, Signature,
+    TensorSpec
 
     route = ModelRoute(
         name="iris",

@@ -1,9 +1,9 @@
 """Every Prometheus metric of the API tier, and the `/metrics` exposition.
 
-All metrics are defined here, in `ApiMetrics`, and recorded in one place each: request
-and stage timings, in-flight requests and serving errors by the middleware
-(`api.request.middleware`), event-loop lag and blocks by `api.observability.loop_monitor`, score events by
-`api.observability.events`.
+All metrics are defined here, in `ApiMetrics`, and recorded in one place each: request and
+stage timings, in-flight requests and serving errors by the middleware
+(`api.request.middleware`), event-loop lag and blocks by `api.observability.loop_monitor`,
+score events by `api.observability.events`.
 
 | metric | type | labels | what |
 |---|---|---|---|

@@ -21,10 +21,10 @@ can gate a CI job or a container start:
 2. Blocking calls in `async def` endpoints: the app is built from the environment (the
    routes `MODEL_ROUTES` names; `make doctor` enables the examples unless it is set), with
    no lifespan and no I/O, and each `async def` endpoint's source is parsed with `ast`,
-   flagging calls that hold the event loop (time.sleep, requests.*, urllib, sync httpx, open(), subprocess.*,
-   os.system, Path.read_*/write_*, and a `.predict(` that is not awaited). Calls inside
-   nested functions are skipped (they may be sent to a thread). A static check: it
-   sees only the endpoint's own body, not what it calls.
+   flagging calls that hold the event loop (time.sleep, requests.*, urllib, sync httpx,
+   open(), subprocess.*, os.system, Path.read_*/write_*, and a `.predict(` that is not
+   awaited). Calls inside nested functions are skipped (they may be sent to a thread). A
+   static check: it sees only the endpoint's own body, not what it calls.
 3. The gunicorn config sets `preload_app = True` (parsed, not executed) or
    `GUNICORN_CMD_ARGS` has `--preload`, and uses the uvicorn worker class.
 """

@@ -9,9 +9,9 @@ memory stream per request), installed once, outermost among the app's own middle
    the request's one `Deadline`, so the route can record stages and read the deadline and
    the serving client can forward the id; tells the loop monitor which route this task
    serves (blocks name it);
-2. applies the admission limits of `api.request.admission.rules` (503 `overloaded`, 422 for a bad
-   `X-Request-Timeout-Ms`, 413 by `Content-Length`), and while the app runs, bounds the
-   body's arrival by the deadline (408), counts a streamed body's bytes (413) and checks
+2. applies the admission limits of `api.request.admission.rules` (503 `overloaded`, 422 for
+   a bad `X-Request-Timeout-Ms`, 413 by `Content-Length`), and while the app runs, bounds
+   the body's arrival by the deadline (408), counts a streamed body's bytes (413) and checks
    that a multipart body ends with its closing boundary (400);
 3. answers an exception that leaves the app (`api.request.errors.response_for`: serving failures
    and the deadline by their table row, anything else 500), so every answer has the

@@ -56,8 +56,8 @@ async def readyz(request: Request) -> Readiness | Response:
 
     Reads serving afresh on every call (no cache), within the request's deadline, so a probe
     sees serving go down and come back. 200 with each route's state; else 503 in the error
-    shape of `api.request.errors` (code `serving_unavailable`, `Retry-After`), with the same `models`
-    report: which routes are not ready and why.
+    shape of `api.request.errors` (code `serving_unavailable`, `Retry-After`), with the same
+    `models` report: which routes are not ready and why.
     """
     endpoints: list[ModelEndpoint] = request.app.state.model_endpoints
     deadline = current_context().deadline

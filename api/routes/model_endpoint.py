@@ -7,10 +7,11 @@
 A request goes: FastAPI parses and validates the body (`JsonBody`) or the multipart form
 (`FileUpload`, the file read up to its limit); stage `validate` ends. Preprocess (on the
 loop, or in a worker thread when the route says so) gives one example's inputs, checked
-against the declared tensors; stage `features`. The served model (`api.inference.served_model.ServedModel`:
-latest AVAILABLE version, the request's deadline) answers; stage `serving`. Its outputs
-are checked against the declared ones (502 `serving_bad_response` otherwise), postprocess
-makes the response, and one `ScoreEvent` is published.
+against the declared tensors; stage `features`. The served model
+(`api.inference.served_model.ServedModel`: latest AVAILABLE version, the request's deadline)
+answers; stage `serving`. Its outputs are checked against the declared ones (502
+`serving_bad_response` otherwise), postprocess makes the response, and one `ScoreEvent` is
+published.
 
 Errors, all in the API's error shape (`api.request.errors`): 413 for a body or file over the
 route's limit, 422 for a request the schema refuses or preprocess calls `InvalidInput`

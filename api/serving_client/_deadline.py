@@ -1,9 +1,9 @@
 """The request's time budget: one `Deadline` from arrival to the wire.
 
-Every request gets a budget (`REQUEST_TIMEOUT_S`); a caller may lower it, never raise
-it, with the `X-Request-Timeout-Ms` header (read by `api.request.admission.rules`). The deadline is fixed
-when the request arrives, so receiving the body, validation and feature extraction spend
-from the same budget as the call to serving, whose timeout is whatever is left: every
+Every request gets a budget (`REQUEST_TIMEOUT_S`); a caller may lower it, never raise it,
+with the `X-Request-Timeout-Ms` header (read by `api.request.admission.rules`). The deadline
+is fixed when the request arrives, so receiving the body, validation and feature extraction
+spend from the same budget as the call to serving, whose timeout is whatever is left: every
 call of this package takes the deadline and makes what is left of it the gRPC deadline or
 the REST call's timeout. A request whose budget runs out is answered 504
 (`DeadlineExceeded`, or `ServingTimeout` once the call to serving is under way) instead of

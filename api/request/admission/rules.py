@@ -4,12 +4,11 @@ The rules, applied to every request by `api.request.middleware.RequestMiddleware
 route runs, in this order, each answered in the API's error shape (`api.request.errors`):
 
 1. In flight: at most `MAX_IN_FLIGHT_REQUESTS` requests per worker are being handled,
-   counted over all the workers together (`api.request.admission.in_flight`: a worker may take up to twice
-   its share while others have room); one more is answered 503 `overloaded` with
-   `Retry-After` at once. There is no queue:
-   a request waits for nothing but its own work, so a burst costs a fast refusal rather
-   than a growing backlog whose answers come too late anyway. Probes and metrics
-   (`EXEMPT_PATHS`) are never refused nor counted.
+   counted over all the workers together (`api.request.admission.in_flight`: a worker may
+   take up to twice its share while others have room); one more is answered 503 `overloaded`
+   with `Retry-After` at once. There is no queue: a request waits for nothing but its own
+   work, so a burst costs a fast refusal rather than a growing backlog whose answers come
+   too late anyway. Probes and metrics (`EXEMPT_PATHS`) are never refused nor counted.
 2. Time budget: `REQUEST_TIMEOUT_S` from arrival, lowered by the caller's
    `X-Request-Timeout-Ms` (`parse_timeout_header`); a malformed header is answered 422. A body
    that has not fully arrived by the deadline is answered 408 `request_timeout` (uvicorn

@@ -1,14 +1,14 @@
 """Deadline-aware load shedding: refuse at once what could not be answered in time.
 
-A request whose remaining budget is shorter than what the model currently takes would
-most likely run out of time while serving works on it -- and serving would still do the
-work (TF Serving does not cancel a call whose client went away), taking capacity from
-requests that could make it. Under overload that is how latency feeds on itself. So
-before each call, `ServedModel` (`api.inference.served_model`) compares the request's remaining budget
-with the model's current latency, the median duration of its recent calls in this worker
-(`LatencyEstimate`; a call that ran out of time counts with the time it took, a lower
-bound, so an overload in which almost nothing succeeds is still seen), and refuses a
-request that has less left at once: 504 `deadline_exceeded`, without calling serving.
+A request whose remaining budget is shorter than what the model currently takes would most
+likely run out of time while serving works on it -- and serving would still do the work (TF
+Serving does not cancel a call whose client went away), taking capacity from requests that
+could make it. Under overload that is how latency feeds on itself. So before each call,
+`ServedModel` (`api.inference.served_model`) compares the request's remaining budget with
+the model's current latency, the median duration of its recent calls in this worker
+(`LatencyEstimate`; a call that ran out of time counts with the time it took, a lower bound,
+so an overload in which almost nothing succeeds is still seen), and refuses a request that
+has less left at once: 504 `deadline_exceeded`, without calling serving.
 
 The median forgets: calls older than `window_s` drop out, and with fewer than
 `min_samples` recent calls nothing is refused. So when everything is being refused (no
