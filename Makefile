@@ -3,7 +3,8 @@
 # make model - retrain and re-export the examples (models/fraud/1, models/digits/1,
 #              models/fraud_transformer/1)
 # make doctor - check the CPU budget of both tiers, blocking async endpoints, gunicorn preload
-# make import-graph - modules, import edges and cycles of api/ and serving/, and their ten largest modules
+# make import-graph - modules, import edges and cycles of api/, serving/ and examples/; modules per folder and
+#                     the layer each folder sits in (from the import contracts); the ten largest modules
 # make protos - regenerate the API's TF Serving protos (api/protos/*_pb2*.py, their .pyi stubs) from the .proto files
 # make chaos - the API under faults and hostile clients (real processes, loopback, ~2 min): a table per fault
 # make bench - throughput at a p99 SLO: naive, tuned in-process, split, ceiling; quick plan (< 8 min on 2 cores)
@@ -19,6 +20,8 @@ STAMP := $(VENV)/.installed-stamp
 API_PORT ?= 8000
 REST_API_PORT ?= 8501
 GRPC_PORT ?= 8500
+# The example routes (examples/), which run-server.sh (make run) serves by default too.
+EXAMPLE_ROUTES := examples.fraud.route:route,examples.digits.route:route
 
 .PHONY: install run test chaos compose-test model protos doctor import-graph bench bench-full bench-serving clean
 
@@ -27,7 +30,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[api,serving,dev,bench]'
+	$(PY) -m pip install --quiet -e '.[api,serving,examples,dev,bench]'
 	@touch $(STAMP)
 
 run: $(STAMP)
@@ -55,10 +58,10 @@ protos: $(STAMP)
 	$(PY) -m api.protos.generate
 
 doctor: $(STAMP)
-	$(PY) -m api.doctor
+	MODEL_ROUTES="$${MODEL_ROUTES:-$(EXAMPLE_ROUTES)}" $(PY) -m api.ops.doctor
 
 import-graph: $(STAMP)
-	$(PY) -m tools.import_graph api serving
+	$(PY) -m tools.import_graph api serving examples
 
 bench: $(STAMP)
 	$(PY) -m bench

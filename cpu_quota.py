@@ -13,7 +13,7 @@ children. Inside a container with its own cgroup namespace the own group is the 
 itself.
 
 Shared by both tiers and therefore stdlib only, importing neither: the API sizes its gunicorn
-workers from it (`api.cpu_budget`, `gunicorn.conf.py`) and the model server its TensorFlow
+workers from it (`api.ops.cpu_budget`, `gunicorn.conf.py`) and the model server its TensorFlow
 thread pools and batch threads (`serving.model_servers.flags`).
 """
 

@@ -13,19 +13,19 @@ request already on its way, with `Connection: close`; default 1, at most half of
 master, before the listening socket is opened; the workers inherit it.
 
 Workers: `WEB_CONCURRENCY`, else one per CPU of the container's quota (cgroup v2
-`cpu.max` / v1 CFS quota, see `api.cpu_budget`), not the host's cores. Each worker is
+`cpu.max` / v1 CFS quota, see `api.ops.cpu_budget`), not the host's cores. Each worker is
 one uvicorn event loop (`uvicorn_worker.UvicornWorker`); the model is not in these
 processes, so OMP/MKL/OpenBLAS thread pools get `cpus // workers` threads (1 with one
-worker per CPU), set before anything imports those libraries. `python -m api.doctor`
+worker per CPU), set before anything imports those libraries. `python -m api.ops.doctor`
 prints the resulting budget next to the serving tier's threads.
 
 Metrics: the workers share one Prometheus multiprocess directory
-(`PROMETHEUS_MULTIPROC_DIR`, see `api.metrics`). When the variable is unset a fresh
-temporary directory is made and removed when the master exits, a failed start included;
-when it is set, its old `*.db` files are removed at start, as prometheus-client requires.
-Both happen first thing here, in the master: prometheus-client picks in-memory or
-multiprocess values once, when it is first imported, and importing `api.http_server`
-below already imports it (through `api.metrics`).
+(`PROMETHEUS_MULTIPROC_DIR`, see `api.observability.metrics`). When the variable is unset a
+fresh temporary directory is made and removed when the master exits, a failed start
+included; when it is set, its old `*.db` files are removed at start, as prometheus-client
+requires. Both happen first thing here, in the master: prometheus-client picks in-memory or
+multiprocess values once, when it is first imported, and importing `api.http_server` below
+already imports it (through `api.observability.metrics`).
 
 This file is executed by gunicorn only; everything it does is for the server it starts.
 """
@@ -65,8 +65,8 @@ if os.environ.get(_PREPARED_ENV) != str(os.getpid()):
     os.environ[_PREPARED_ENV] = str(os.getpid())
 
 # Only now: these import prometheus_client (see the module doc).
-from api.cpu_budget import THREAD_ENV_VARS, available_cpus, threads_per_worker, web_concurrency  # noqa: E402
 from api.http_server.limits import raise_open_files_limit  # noqa: E402
+from api.ops.cpu_budget import THREAD_ENV_VARS, available_cpus, threads_per_worker, web_concurrency  # noqa: E402
 
 # A container's default soft limit (often 1024) would otherwise cap the connections a
 # worker can accept; each worker's `worker_connections` is held below it.

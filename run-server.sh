@@ -14,7 +14,7 @@
 #    exiting stops serving and exits non-zero.
 #
 # Both tiers are sized from the CPUs this container may use (cgroup quota and affinity):
-# `python -m api.cpu_budget` splits them between API workers and serving's session threads,
+# `python -m api.ops.cpu_budget` splits them between API workers and serving's session threads,
 # one TensorFlow thread each, so the two tiers never have more busy threads than CPUs
 # (from 2 CPUs up; `make doctor` checks it).
 # SIGTERM/SIGINT stop both: the API first (it drains in-flight requests), then serving.
@@ -34,6 +34,8 @@
 #   SERVING_READY_TIMEOUT_S [120]  PYTHON [python3]
 #   SERVING_ARGS: extra flags for the model server (e.g. --enable_batching); its thread
 #     flags win over the CPU budget's
+#   MODEL_ROUTES [the examples: examples.fraud.route:route,examples.digits.route:route]: the
+#     API's model routes, package.module:attribute, imported from PYTHONPATH and this folder
 set -euo pipefail
 
 MODEL_CONFIG_FILE=${MODEL_CONFIG_FILE:-models.config}
@@ -47,6 +49,8 @@ SERVING_BIND_HOST=${SERVING_BIND_HOST:-127.0.0.1}
 SERVING_MAX_RESTARTS=${SERVING_MAX_RESTARTS:-5}
 SERVING_RESTART_WINDOW_S=${SERVING_RESTART_WINDOW_S:-60}
 PYTHON=${PYTHON:-python3}
+# The examples' routes (examples/, beside this script), for the example models of models.config.
+export MODEL_ROUTES=${MODEL_ROUTES:-examples.fraud.route:route,examples.digits.route:route}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 log() { echo "run-server: $*" >&2; }
@@ -71,15 +75,15 @@ if [[ -n "${MODELS_DIR:-}" ]]; then
   sed "s#\"/models/#\"${models_dir}/#g" "$MODEL_CONFIG_FILE" > "$config"
 fi
 # The models to wait for: every model_config_list.config's name, parsed as the protobuf
-# text format the file is (api/serving_config.py; no TensorFlow on this path).
-names=$(cd "$HERE" && "$PYTHON" -m api.serving_config "$config") || { log "cannot read $MODEL_CONFIG_FILE"; exit 2; }
+# text format the file is (api/config/serving_config.py; no TensorFlow on this path).
+names=$(cd "$HERE" && "$PYTHON" -m api.config.serving_config "$config") || { log "cannot read $MODEL_CONFIG_FILE"; exit 2; }
 mapfile -t model_names <<< "$names"
 
 serving_flags=(--port="$GRPC_PORT" --rest_api_port="$REST_API_PORT" --model_config_file="$config")
 
 # The CPU budget of both tiers: sets WEB_CONCURRENCY, the API's thread variables,
-# SERVING_BUDGET_FLAGS and SERVING_BUDGET_BATCHING (see api/cpu_budget.py).
-budget=$(cd "$HERE" && "$PYTHON" -m api.cpu_budget) || { log "cannot size the tiers from the CPU budget"; exit 2; }
+# SERVING_BUDGET_FLAGS and SERVING_BUDGET_BATCHING (see api/ops/cpu_budget.py).
+budget=$(cd "$HERE" && "$PYTHON" -m api.ops.cpu_budget) || { log "cannot size the tiers from the CPU budget"; exit 2; }
 eval "$budget"
 export WEB_CONCURRENCY OMP_NUM_THREADS MKL_NUM_THREADS OPENBLAS_NUM_THREADS
 read -r -a budget_flags <<< "$SERVING_BUDGET_FLAGS"
@@ -183,11 +187,11 @@ export API_BIND="${API_HOST}:${API_PORT}"
 api_pid=$!
 
 # Report readiness once the API itself answers /readyz; meanwhile print the reason it
-# gives, once per change (api/readiness_wait.py; it polls every 2 s at most, so its own
+# gives, once per change (api/ops/readiness_wait.py; it polls every 2 s at most, so its own
 # requests do not fill the access log). In the background and waited for together with
 # the API, so the API exiting, or SIGTERM, ends the wait at once.
 api_url="http://127.0.0.1:${API_PORT}"
-(cd "$HERE" && exec "$PYTHON" -m api.readiness_wait "$api_url/readyz" --timeout-s $(( deadline + 60 - SECONDS ))) &
+(cd "$HERE" && exec "$PYTHON" -m api.ops.readiness_wait "$api_url/readyz" --timeout-s $(( deadline + 60 - SECONDS ))) &
 waiter_pid=$!
 waited=0
 wait -n "$waiter_pid" "$api_pid" || waited=$?
@@ -202,7 +206,7 @@ else
   serving_at="$SERVING_URL"
 fi
 log "API ready on ${api_url} (serving at ${serving_at}); routes and schemas: ${api_url}/docs"
-if [[ ",${MODEL_ROUTES:-fraud,digits}," == *",fraud,"* ]]; then
+if [[ ",${MODEL_ROUTES}," == *",examples.fraud.route:route,"* ]]; then
   log "Try: curl -s -X POST ${api_url}/v1/fraud/score -H 'content-type: application/json' -d @examples/transaction.json"
 fi
 

@@ -3,18 +3,18 @@
     uvicorn --factory api.app:create_app          # one process
     gunicorn -c gunicorn.conf.py 'api.app:create_app()'
 
-Nothing happens at import time: settings are read inside `create_app`, and the
-serving client (HTTP/1.1 connection pools or gRPC channels, `api.serving_client.open_serving_client`)
-is created in the lifespan, i.e. in each worker after fork, inside its event loop.
+Nothing happens at import time: settings are read inside `create_app`, and the serving
+client (HTTP/1.1 connection pools or gRPC channels,
+`api.serving_client.open_serving_client`) is created in the lifespan, i.e. in each worker
+after fork, inside its event loop.
 
-Middleware: one, `api.middleware.RequestMiddleware`, owns each request's context, limits,
-timing and error answer; FastAPI's own validation and HTTP errors are answered in the
-same shape by the handlers of `api.errors`.
+Middleware: one, `api.request.middleware.RequestMiddleware`, owns each request's context,
+limits, timing and error answer; FastAPI's own validation and HTTP errors are answered in
+the same shape by the handlers of `api.request.errors`.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from functools import partial
@@ -23,25 +23,21 @@ from typing import Any
 import anyio
 from fastapi import FastAPI
 
-from api.cpu_budget import available_cpus
-from api.deadlines import Deadline
-from api.errors import install_error_handlers
-from api.in_flight import InFlightBoard
-from api.limits import Limits
-from api.middleware import RequestMiddleware
+from api.config.enabled_routes import configure_routes, load_routes
+from api.config.settings import Settings
+from api.inference.readiness import require_models
+from api.inference.served_model import ServedModel
 from api.model_routes import ModelRoute
-from api.observability import install_observability
-from api.readiness import require_models
-from api.request_context import outgoing_headers
-from api.route_config import configure_routes, ignored_model_settings, load_routes
-from api.routes import health
-from api.routes.model import ModelEndpoint
-from api.scoring import ServedModel
-from api.serving_client import ServingClient, open_serving_client
-from api.settings import Settings
-
-logger = logging.getLogger("api.app")
-
+from api.observability.wiring import install_observability
+from api.ops.cpu_budget import available_cpus
+from api.request.admission.in_flight import InFlightBoard
+from api.request.admission.rules import Limits
+from api.request.context import outgoing_headers
+from api.request.errors import install_error_handlers
+from api.request.middleware import RequestMiddleware
+from api.routes import health, metrics
+from api.routes.model_endpoint import ModelEndpoint
+from api.serving_client import Deadline, ServingClient, open_serving_client
 
 ClientOpener = Callable[[], AbstractAsyncContextManager[ServingClient]]
 
@@ -67,11 +63,10 @@ def create_app(
             `open_serving_client` as the settings say (a test passes its own `ServingClient`).
 
     Raises:
-        api.route_config.RouteConfigError: a route cannot be loaded or its settings are wrong.
+        api.config.enabled_routes.RouteConfigError: a route cannot be loaded or its settings are wrong.
     """
     settings = settings if settings is not None else Settings()
     declared = routes if routes is not None else load_routes(settings.model_routes)
-    ignored = ignored_model_settings(declared, settings)
     endpoints = [ModelEndpoint(configured) for configured in configure_routes(declared, settings)]
     models = [e.configured.signature.model_name for e in endpoints]
     opener: ClientOpener = open_client or partial(_open_from_settings, settings, models)
@@ -116,9 +111,6 @@ def create_app(
     app.state.model_endpoints = endpoints
     install_error_handlers(app)
     observability = install_observability(app, settings)
-    # Here, once per process (gunicorn's master under preload), not in each worker.
-    for message in [*settings.legacy_names_in_use(), *ignored]:
-        logger.warning(message)
     # Made here, in gunicorn's master under preload, so every worker inherits the same shared
     # memory; each worker takes its slot in the lifespan.
     in_flight = InFlightBoard(settings.max_in_flight_requests)
@@ -136,6 +128,7 @@ def create_app(
         access_log=observability.access_log,
     )
     app.include_router(health.router)
+    app.include_router(metrics.router)
     for endpoint in endpoints:
         app.include_router(endpoint.router())
     return app

@@ -88,7 +88,7 @@ PROJECT_PACKAGES = frozenset({"api", "serving", "bench", "models"})
 def package_of(path: str) -> str:
     """What a source file belongs to: the top-level package or stdlib module
     ("uvicorn", "asyncio", "threading"), or, for this project's own code, the file's path
-    in the repository ("api/scoring.py").
+    in the repository ("api/inference/served_model.py").
 
     py-spy prints paths relative to their sys.path entry ("asyncio/runners.py",
     "tensorflow/python/client/session.py"); absolute paths are cut the same way.

@@ -10,12 +10,12 @@
 
 `split` is the product's default, the one the headline measures: exactly what
 `run-server.sh` (and `make run`) starts without extra settings, which sizes both tiers from
-the CPUs it may use (see `api.cpu_budget.one_container_budget`). The benchmark only gives it
-free ports, loopback, a score-event file in the run folder and a model config naming the
-workload's model alone (the in-process setups load that one model too), so the API serves
-the fraud route only (`MODEL_ROUTES`), with that model (`MODELS__FRAUD__MODEL_NAME` for a
-model not named fraud). Variants set one more API
-setting each (coalescing, gRPC towards serving); `split_variants` reads `api.settings` at run
+the CPUs it may use (see `api.ops.cpu_budget.one_container_budget`). The benchmark only
+gives it free ports, loopback, a score-event file in the run folder and a model config
+naming the workload's model alone (the in-process setups load that one model too), so the
+API serves the fraud route only (`MODEL_ROUTES`), with that model
+(`MODELS__FRAUD__MODEL_NAME` for a model not named fraud). Variants set one more API setting
+each (coalescing, gRPC towards serving); `split_variants` reads `api.config.settings` at run
 time and says which the API cannot express.
 
 The ceiling is the product's API itself (`bench.apps.ceiling`: the same app factory,
@@ -64,8 +64,9 @@ PROBE_TIMEOUT_S = 30.0  # from "ready" to a 2xx score
 INPROCESS_GUNICORN_CONF = REPO / "bench" / "apps" / "gunicorn_conf.py"
 API_GUNICORN_CONF = REPO / "gunicorn.conf.py"
 RUN_SERVER = REPO / "run-server.sh"
-# The API settings (api.settings) that enable routes and name the model behind the fraud route.
+# The API settings (api.config.settings) that enable routes and name the model behind the fraud route.
 MODEL_ROUTES_ENV = "MODEL_ROUTES"
+FRAUD_ROUTE = "examples.fraud.route:route"
 FRAUD_MODEL_ENV = "MODELS__FRAUD__MODEL_NAME"
 
 # Environment of every server process: quiet TensorFlow C++ logs.
@@ -162,7 +163,7 @@ def split_variants(fields: Mapping[str, Any]) -> list[Setup]:
     """The split setups: the product default and the variants the API's settings allow.
 
     Args:
-        fields: `api.settings.Settings.model_fields` (name -> pydantic FieldInfo, whose
+        fields: `api.config.settings.Settings.model_fields` (name -> pydantic FieldInfo, whose
             `.annotation` is the field's type and `.default` its default).
 
     Returns:
@@ -176,14 +177,14 @@ def split_variants(fields: Mapping[str, Any]) -> list[Setup]:
     protocol = fields.get("serving_protocol")
     grpc_reason = ""
     if protocol is None:
-        grpc_reason = "not available yet: api.settings has no serving_protocol field"
+        grpc_reason = "not available yet: api.config.settings has no serving_protocol field"
     elif (values := _literal_values(protocol.annotation)) and "grpc" not in values:
         grpc_reason = f"not available yet: serving_protocol accepts only {values}"
     coalescing = sorted(
         name for name, info in fields.items() if "coalesc" in name and _is_bool(info.annotation)
     )
     coalescing_reason = (
-        "" if coalescing else "not available yet: api.settings has no boolean coalescing field"
+        "" if coalescing else "not available yet: api.config.settings has no boolean coalescing field"
     )
     coalescing_on_by_default = bool(coalescing) and getattr(fields[coalescing[0]], "default", None) is True
     toggled = "no-coalescing" if coalescing_on_by_default else "coalescing"
@@ -243,8 +244,8 @@ def custom_variant(settings: Mapping[str, str]) -> Setup:
 
 
 def api_settings_fields() -> Mapping[str, Any]:
-    """`api.settings.Settings.model_fields` of the API in this checkout."""
-    from api.settings import Settings
+    """`api.config.settings.Settings.model_fields` of the API in this checkout."""
+    from api.config.settings import Settings
 
     return Settings.model_fields
 
@@ -403,7 +404,7 @@ def split_environment(
     env["MODEL_CONFIG_FILE"] = str(config)
     # Serving has that model alone: the API serves the fraud route only (it refuses to start
     # with a route whose model serving does not have).
-    env[MODEL_ROUTES_ENV] = "fraud"
+    env[MODEL_ROUTES_ENV] = FRAUD_ROUTE
     if workload.model_name != FRAUD.model_name:
         env[FRAUD_MODEL_ENV] = workload.model_name
     return env

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import orjson
 
-from api.examples.fraud.schemas import Transaction
+from examples.fraud.schemas import Transaction
 from models.transactions import generate_transactions
 
 MODELS_DIR = Path(__file__).resolve().parents[1] / "models"
@@ -26,7 +26,7 @@ def body_pool(n: int = POOL_SIZE, seed: int = POOL_SEED) -> list[bytes]:
     """`n` request bodies for `POST /v1/fraud/score`, compact JSON, `transaction_id` first.
 
     Raises:
-        ValueError: a generated body does not validate as `api.examples.fraud.schemas.Transaction`.
+        ValueError: a generated body does not validate as `examples.fraud.schemas.Transaction`.
     """
     bodies = []
     for labeled in generate_transactions(n, seed=seed):

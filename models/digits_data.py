@@ -17,7 +17,7 @@ from PIL import Image
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
-from api.examples.digits.images import INK_MAX, digit_grid
+from examples.digits.images import INK_MAX, digit_grid
 
 SEED = 20261129
 TEST_FRACTION = 0.25

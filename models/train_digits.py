@@ -5,7 +5,7 @@
 Data: the UCI handwritten digits shipped with scikit-learn (`models.digits_data`, no
 download), a fixed stratified split (1,347 train / 450 test). The training set is used
 twice: as the dataset has it, and after a trip through the API's own preprocessing
-(`api.examples.digits.images.digit_grid`, which crops each digit to its ink and centres it), so the
+(`examples.digits.images.digit_grid`, which crops each digit to its ink and centres it), so the
 model learns exactly what the API will send it. The script prints the held-out accuracy
 on the test digits both ways and writes:
 
@@ -46,7 +46,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from api.examples.digits.images import DIGIT_SIDE  # noqa: E402
+from examples.digits.images import DIGIT_SIDE  # noqa: E402
 from models.digits_data import SEED, as_served, load_split  # noqa: E402
 from models.export import CrossKindTolerance, export_servable, publish, staging_dir, write_warmup  # noqa: E402
 

@@ -3,7 +3,7 @@
     python -m models.train_fraud [--output models/fraud] [--version 1]
 
 Generates raw transactions (`models.transactions`), maps them through the API's own
-feature definition (`api.examples.fraud.features.extract_features`), trains a small Keras MLP,
+feature definition (`examples.fraud.features.extract_features`), trains a small Keras MLP,
 prints the ROC AUC on a held-out split, and writes:
 
     <output>/<version>/saved_model.pb, variables/        the servable
@@ -13,7 +13,7 @@ prints the ROC AUC on a held-out split, and writes:
                                                          --enable_model_warmup
 
 Signature `serving_default` (stable, documented in the README):
-    inputs:  features     float32 [batch, N_FEATURES]  in api.examples.fraud.features.FEATURE_NAMES order
+    inputs:  features     float32 [batch, N_FEATURES]  in examples.fraud.features.FEATURE_NAMES order
     outputs: fraud_score  float32 [batch, 1]           probability of fraud, 0..1
 
 Seeds are fixed, ops deterministic and one thread, so on a machine whose kernels run the
@@ -40,8 +40,8 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from api.examples.fraud.features import FEATURE_NAMES, N_FEATURES, extract_batch  # noqa: E402
-from api.examples.fraud.schemas import Transaction  # noqa: E402
+from examples.fraud.features import FEATURE_NAMES, N_FEATURES, extract_batch  # noqa: E402
+from examples.fraud.schemas import Transaction  # noqa: E402
 from models.export import CrossKindTolerance, export_servable, publish, staging_dir, write_warmup  # noqa: E402
 from models.transactions import generate_transactions  # noqa: E402
 

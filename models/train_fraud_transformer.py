@@ -24,7 +24,7 @@ The export freezes the weights into the graph (`models.export.export_servable(fr
 2.7 MiB, where Keras' own export of a 24-block version of it wrote 5.2 MiB.
 
 Signature `serving_default` (stable, the fraud model's):
-    inputs:  features     float32 [batch, N_FEATURES]  in api.examples.fraud.features order
+    inputs:  features     float32 [batch, N_FEATURES]  in examples.fraud.features order
     outputs: fraud_score  float32 [batch, 1]           probability of fraud, 0..1
 
 Seeds are fixed, ops deterministic and one thread, so on a machine whose kernels run the
@@ -47,7 +47,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from api.examples.fraud.features import N_FEATURES  # noqa: E402
+from examples.fraud.features import N_FEATURES  # noqa: E402
 from models.export import export_servable, publish, staging_dir, write_warmup  # noqa: E402
 from models.train_fraud import (  # noqa: E402
     CROSS_KIND,

@@ -1,7 +1,7 @@
 """Synthetic raw card transactions with documented fraud patterns.
 
 Each generated transaction is a dict in exactly the body format of
-`POST /v1/fraud/score` (see `api.examples.fraud.schemas.Transaction`), with a 0/1 fraud label.
+`POST /v1/fraud/score` (see `examples.fraud.schemas.Transaction`), with a 0/1 fraud label.
 Generation is pure Python and deterministic for a given seed, so the training
 script, the tests and the benchmark all draw the same kind of traffic.
 
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
-from api.examples.fraud.features import RISKY_CATEGORIES, USD_PER_UNIT
+from examples.fraud.features import RISKY_CATEGORIES, USD_PER_UNIT
 
 # (name, lat, lon, UTC offset in minutes, currency)
 CITIES: tuple[tuple[str, float, float, int, str], ...] = (

@@ -15,6 +15,9 @@ from pathlib import Path
 import httpx
 
 REPO = Path(__file__).resolve().parents[1]
+# The example routes (examples/), as `make run` enables them; the API processes below serve them
+# unless a test sets MODEL_ROUTES itself.
+EXAMPLE_ROUTES = "examples.fraud.route:route,examples.digits.route:route"
 
 
 def free_port() -> int:
@@ -124,7 +127,7 @@ def start_api(port: int, serving_url: str, log_path: Path, **env: str) -> Proc:
             "--log-level=warning",
         ],
         log_path,
-        env={"SERVING_URL": serving_url, **env},
+        env={"SERVING_URL": serving_url, "MODEL_ROUTES": EXAMPLE_ROUTES, **env},
     )
 
 
@@ -132,7 +135,9 @@ def start_gunicorn(log_path: Path, **env: str) -> Proc:
     """The API under gunicorn as deployed: `gunicorn -c gunicorn.conf.py 'api.app:create_app()'`
     (bind it with API_BIND)."""
     return Proc(
-        [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "api.app:create_app()"], log_path, env=env
+        [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "api.app:create_app()"],
+        log_path,
+        env={"MODEL_ROUTES": EXAMPLE_ROUTES, **env},
     )
 
 

@@ -19,16 +19,20 @@ def load() -> dict:
 
 def test_services_and_images() -> None:
     services = load()["services"]
-    assert set(services) == {"serving", "serving-image", "api"}
+    assert set(services) == {"serving", "serving-image", "api-image", "api"}
     # The official image by default, pinned (never `latest`); SERVING_IMAGE selects another.
     assert services["serving"]["image"] == "${SERVING_IMAGE:-tensorflow/serving:2.20.0}"
     assert "build" not in services["serving"]  # a build would overwrite the official tag
     assert services["serving-image"]["profiles"] == ["build"]
     assert services["serving-image"]["build"]["dockerfile"] == "Dockerfile.serving"
-    assert services["api"]["build"]["dockerfile"] == "Dockerfile"
+    # The stack runs the API image with the example routes; the API image itself is a build only.
+    assert services["api-image"]["profiles"] == ["build"]
+    assert services["api-image"]["build"] == {"context": ".", "dockerfile": "Dockerfile", "target": "api"}
+    assert services["api"]["build"] == {"context": ".", "dockerfile": "Dockerfile", "target": "examples"}
     # Built images carry the project's version, the tag deploy/k8s runs (tests/test_k8s.py).
     version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
-    assert services["api"]["image"] == f"tfserve-split/api:{version}"
+    assert services["api-image"]["image"] == f"tfserve-split/api:{version}"
+    assert services["api"]["image"] == f"tfserve-split/api-examples:{version}"
     assert services["serving-image"]["image"] == f"tfserve-split/serving:{version}"
 
 
@@ -91,13 +95,46 @@ def test_healthchecks() -> None:
     assert "/readyz" in services["api"]["healthcheck"]["test"][1]
 
 
-def test_api_image_installs_only_the_api_extra_and_runs_as_non_root() -> None:
-    lines = [line.strip() for line in (REPO / "Dockerfile").read_text().splitlines()]
+def dockerfile_stages() -> dict[str, list[str]]:
+    """The Dockerfile's stages by name: each stage's lines, from its FROM on."""
+    stages: dict[str, list[str]] = {}
+    lines: list[str] = []
+    for line in (REPO / "Dockerfile").read_text().splitlines():
+        line = line.strip()
+        if line.startswith("FROM "):
+            lines = stages.setdefault(line.split(" AS ")[-1], [])
+        if line and not line.startswith("#"):
+            lines.append(line)
+    return stages
+
+
+def test_api_image_installs_only_the_api_extra_has_no_example_code_and_runs_as_non_root() -> None:
+    stages = dockerfile_stages()
+    assert list(stages) == ["api", "examples"]
+    lines = stages["api"]
     installs = [line for line in lines if line.startswith("RUN pip install")]
     assert installs == ["RUN pip install '.[api]'"]
+    copied = [line.split()[1] for line in lines if line.startswith("COPY ")]
+    assert not any(path.startswith("examples") for path in copied), copied
     users = [line for line in lines if line.startswith("USER ")]
     assert users and users[-1] not in ("USER root", "USER 0")
     assert not any("tensorflow" in line for line in lines)
+    # The api extra carries no dependency of an example's own.
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert not any(dep.startswith(("pillow", "python-multipart")) for dep in extras["api"])
+    assert {dep.split(">")[0] for dep in extras["examples"]} == {"pillow", "python-multipart"}
+
+
+def test_examples_image_adds_the_examples_to_the_api_image_as_a_users_route() -> None:
+    lines = dockerfile_stages()["examples"]
+    assert lines[0] == "FROM api AS examples"
+    assert [line for line in lines if line.startswith("RUN pip install")] == ["RUN pip install '.[examples]'"]
+    assert "COPY examples/fraud ./examples/fraud" in lines and "COPY examples/digits ./examples/digits" in lines
+    assert not any("own_model" in line for line in lines)
+    env = " ".join(lines[lines.index(next(line for line in lines if line.startswith("ENV "))) :])
+    assert "PYTHONPATH=/app" in env and "MODEL_ROUTES=examples.fraud.route:route,examples.digits.route:route" in env
+    users = [line for line in lines if line.startswith("USER ")]
+    assert users[-1] == "USER app"
 
 
 def test_serving_image_installs_only_the_serving_extra_with_tf_servings_entrypoint() -> None:

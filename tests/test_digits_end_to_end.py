@@ -19,7 +19,7 @@ import httpx
 import numpy as np
 import pytest
 
-from api.examples.digits.images import preprocess_digit
+from examples.digits.images import preprocess_digit
 from models.digits_data import encode, load_split, render
 from tests.support import (
     REPO,
@@ -34,7 +34,7 @@ from tests.support import (
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 URL = "/v1/digits/classify"
-MAX_IMAGE_BYTES = 2 * 1024 * 1024  # Settings.digits_max_image_bytes default
+MAX_IMAGE_BYTES = 2 * 1024 * 1024  # the digits route's FileUpload.max_bytes (MODELS__DIGITS__MAX_BODY_BYTES)
 N_DIGITS = 50
 
 

@@ -18,8 +18,8 @@ import httpx
 import numpy as np
 import pytest
 
-from api.examples.fraud.features import extract_features
-from api.examples.fraud.schemas import Transaction
+from examples.fraud.features import extract_features
+from examples.fraud.schemas import Transaction
 from models.transactions import generate_transactions
 from tests.support import (
     REPO,

@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from api.app import create_app
-from api.cpu_budget import threads_per_worker, web_concurrency
-from api.settings import Settings
+from api.config.settings import Settings
+from api.ops.cpu_budget import threads_per_worker, web_concurrency
 from tests.support import REPO
 
 K8S = REPO / "deploy" / "k8s"
@@ -133,7 +133,9 @@ def test_api_env_names_are_settings_or_gunicorn_variables(objects: list[dict[str
 
 def test_api_probes_are_routes_of_the_app(objects: list[dict[str, Any]]) -> None:
     (api,) = [c for name, c in containers(objects) if name == "api"]
-    routes = set(create_app(Settings()).openapi()["paths"])  # the routes the app declares
+    env = {e["name"]: e["value"] for e in api["env"]}
+    # The routes the app declares, with the model routes the Deployment enables.
+    routes = set(create_app(Settings(model_routes=env["MODEL_ROUTES"].split(","))).openapi()["paths"])
     assert api["readinessProbe"]["httpGet"]["path"] == "/readyz" in routes
     assert api["livenessProbe"]["httpGet"]["path"] == "/healthz" in routes
     for probe in ("readinessProbe", "livenessProbe"):
@@ -219,4 +221,4 @@ def test_api_image_is_the_one_compose_builds(objects: list[dict[str, Any]]) -> N
     images = {name: container["image"] for name, container in containers(objects)}
     assert images["api"] == compose["services"]["api"]["image"]
     version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
-    assert images["api"] == f"tfserve-split/api:{version}"
+    assert images["api"] == f"tfserve-split/api-examples:{version}"

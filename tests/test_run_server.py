@@ -102,7 +102,7 @@ def test_a_one_line_config_of_one_model_serves_that_route(tmp_path: Path) -> Non
     # model names; only the route whose model it has is enabled.
     config = tmp_path / "fraud-only.config"
     config.write_text(FRAUD_ONLY)
-    env = run_server_env(MODEL_CONFIG_FILE=str(config), MODEL_ROUTES="fraud")
+    env = run_server_env(MODEL_CONFIG_FILE=str(config), MODEL_ROUTES="examples.fraud.route:route")
     proc = Proc(["bash", str(REPO / "run-server.sh")], tmp_path / "run-server.log", env=env)
     api = f"http://127.0.0.1:{env['API_PORT']}"
     try:
@@ -137,7 +137,7 @@ def test_what_run_server_starts_coalesces_concurrent_scores(tmp_path: Path, monk
     monitoring.write_text('prometheus_config { enable: true path: "/monitoring/prometheus/metrics" }\n')
     env = run_server_env(
         MODEL_CONFIG_FILE=str(config),
-        MODEL_ROUTES="fraud",
+        MODEL_ROUTES="examples.fraud.route:route",
         SERVING_ARGS=f"--rest_api_host=127.0.0.1 --monitoring_config_file={monitoring}",
     )
     proc = Proc(["bash", str(REPO / "run-server.sh")], tmp_path / "run-server.log", env=env)
@@ -177,7 +177,10 @@ def test_while_the_api_is_not_ready_run_server_says_why_once_and_polls_quietly(t
     config = tmp_path / "fraud-only.config"
     config.write_text(FRAUD_ONLY)
     proc = run_server(
-        tmp_path, MODEL_CONFIG_FILE=str(config), MODEL_ROUTES="fraud", MODELS__FRAUD__SIGNATURE_NAME="scores"
+        tmp_path,
+        MODEL_CONFIG_FILE=str(config),
+        MODEL_ROUTES="examples.fraud.route:route",
+        MODELS__FRAUD__SIGNATURE_NAME="scores",
     )
     reason = "run-server: API not ready yet: not ready: fraud: version 1 has no signature 'scores'"
     try:

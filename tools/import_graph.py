@@ -11,13 +11,18 @@ module, however many statements say it. A cycle is a strongly connected group of
 Generated protobuf code (`*_pb2`, `*_pb2_grpc`) is left out of every figure: it is not
 written by hand and imports only other generated modules.
 
-Prints one table per package, the cycles found, and the ten largest modules by lines.
+Prints one table per package, the cycles found, then every folder (package) with its
+hand-written modules, their lines and the layer it sits in -- read from the `layers` contracts
+of `[tool.importlinter]` in the checkout's pyproject.toml, the ones `lint-imports` holds, so
+the figure cannot drift from the contract -- and the ten largest modules by lines.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
+import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +38,73 @@ class PackageFigures:
     modules: int
     edges: int
     cycles: list[list[str]]  # each sorted; the largest first
+
+
+@dataclass(frozen=True)
+class Layer:
+    """Where a module sits in a `layers` contract: the `number`-th of `count` layers, 1 = top."""
+
+    contract: str
+    number: int
+    count: int
+    names: str  # the layer as the contract writes it, e.g. "app | http_server"
+
+    def __str__(self) -> str:
+        return f"{self.number} of {self.count} ({self.names})"
+
+
+def contract_layers(pyproject: Path) -> dict[str, Layer]:
+    """Module -> its layer, for every module a `layers` contract of `[tool.importlinter]` names
+    (`container.name` when the contract has containers). Empty without such contracts."""
+    if not pyproject.is_file():
+        return {}
+    config = tomllib.loads(pyproject.read_text()).get("tool", {}).get("importlinter", {})
+    found: dict[str, Layer] = {}
+    for contract in config.get("contracts", []):
+        if contract.get("type") != "layers":
+            continue
+        layers = contract.get("layers", [])
+        for container in contract.get("containers", []) or [""]:
+            for number, names in enumerate(layers, 1):
+                layer = Layer(contract.get("id", contract.get("name", "?")), number, len(layers), names.strip())
+                for name in filter(None, (n.strip() for n in re.split(r"[|:]", names))):
+                    found[f"{container}.{name}" if container else name] = layer
+    return found
+
+
+def layer_of(module: str, layers: Mapping[str, Layer]) -> Layer | None:
+    """The layer of `module`: that of the nearest of itself and its ancestors a contract names."""
+    while module:
+        if module in layers:
+            return layers[module]
+        module = module.rpartition(".")[0]
+    return None
+
+
+def folder_rows(root: Path, packages: Sequence[str], layers: Mapping[str, Layer]) -> list[tuple[str, int, int, str]]:
+    """Each folder of `packages` under `root` with hand-written modules in it or below:
+    (path, modules, lines, layer); folders of generated code only are left out. A folder
+    inside a layer reads as that layer; one that holds layers itself (a contract's container)
+    lists the layers of the modules directly in it."""
+    rows = []
+    for package in packages:
+        top = root / package.replace(".", "/")
+        for folder in sorted([top, *(p.parent for p in top.rglob("*/__init__.py"))]):
+            modules = [p for p in sorted(folder.glob("*.py")) if not is_generated(p.stem)]
+            if not any(p.name != "__init__.py" and not is_generated(p.stem) for p in folder.rglob("*.py")):
+                continue  # generated code and the `__init__` files written with it
+            dotted = folder.relative_to(root).as_posix().replace("/", ".")
+            lines = sum(len(p.read_bytes().splitlines()) for p in modules)
+            layer = layer_of(dotted, layers)
+            if layer is not None:
+                where = str(layer)
+            else:
+                own = {m.stem: layer_of(f"{dotted}.{m.stem}", layers) for m in modules if m.stem != "__init__"}
+                placed = [f"{name} {found}" for name, found in own.items() if found is not None]
+                contract = next((f for f in own.values() if f is not None), None)
+                where = f"holds the layers of {contract.contract}; {', '.join(placed)}" if contract else "-"
+            rows.append((folder.relative_to(root).as_posix() + "/", len(modules), lines, where))
+    return rows
 
 
 def is_generated(module: str) -> bool:
@@ -155,6 +227,15 @@ def report(root: Path, packages: Sequence[str], largest: int = 10) -> str:
     lines += ["", "cycles:"]
     cycles = [c for f in figures for c in f.cycles]
     lines += [f"  {len(c)} modules: {', '.join(c)}" for c in cycles] or ["  none"]
+    rows = folder_rows(root, packages, contract_layers(root / "pyproject.toml"))
+    lines += [
+        "",
+        "folders: hand-written modules, their lines, and the layer the folder sits in (pyproject.toml's "
+        "layers contracts, 1 = top):",
+    ]
+    path_width = max([len("folder"), *(len(r[0]) for r in rows)])
+    lines.append(f"  {'folder':<{path_width}}  {'modules':>7} {'lines':>6}  layer")
+    lines += [f"  {path:<{path_width}}  {n:>7} {size:>6}  {where}" for path, n, size, where in rows]
     lines += ["", f"largest {largest} modules (lines):"]
     lines += [f"  {n:>5}  {path}" for n, path in module_lines(root, packages, largest)]
     return "\n".join(lines)

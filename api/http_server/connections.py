@@ -20,7 +20,7 @@ import weakref
 from collections import Counter
 from typing import TYPE_CHECKING, Final, Protocol
 
-from api.metrics import ConnectionMetrics
+from api.observability.metrics import ConnectionMetrics
 
 if TYPE_CHECKING:
     from uvicorn.server import ServerState

@@ -34,7 +34,7 @@ uvicorn runs by default) plus, per connection (`ConnectionLimits` has the number
   period for new streams that race with the final GOAWAY frame". The window here is that
   grace period for HTTP/1.1.
 
-Refusals are answered in the API's error shape (`api.errors`) with a fresh request id.
+Refusals are answered in the API's error shape (`api.request.errors`) with a fresh request id.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ from uvicorn.server import ServerState
 
 from api.http_server.connections import registry_for
 from api.http_server.limits import ConnectionLimits
-from api.request_context import new_request_id
+from api.request.context import new_request_id
 
 _DEFAULT_LIMITS: Final = ConnectionLimits()
 

@@ -1,6 +1,7 @@
 """The extension point of the API: one typed declaration per model route.
 
-    from api.model_routes import DataType, JsonBody, ModelInfo, ModelRoute, Signature, TensorSpec
+    from api.model_routes import DataType, JsonBody, ModelInfo, ModelRoute, Signature,
+    TensorSpec
 
     route = ModelRoute(
         name="iris",
@@ -19,9 +20,9 @@
 The app builds the rest from the declaration (`ModelRoute` says what): the served-model
 client pinned to the latest AVAILABLE version, the route and its OpenAPI entry, its
 readiness in `/readyz`, its body limit, metrics labels, score events and per-model
-settings. A deployment enables routes with `MODEL_ROUTES` (built-in names or
-`package.module:attribute` of a `ModelRoute`); the examples in `api/examples/` use this
-package and nothing else of the API.
+settings. A deployment enables routes with `MODEL_ROUTES` (the `package.module:attribute`
+of each `ModelRoute`); the examples in `examples/` use this package and nothing else of the
+API.
 
 The names below are this package's public surface; its modules are private.
 """

@@ -9,10 +9,10 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel
 from starlette.responses import Response
 
-from api.errors import RETRY_AFTER_S, error_response
-from api.readiness import model_readiness
-from api.request_context import current_context
-from api.routes.model import ModelEndpoint
+from api.inference.readiness import model_readiness
+from api.request.context import current_context
+from api.request.errors import RETRY_AFTER_S, error_response
+from api.routes.model_endpoint import ModelEndpoint
 
 router = APIRouter(tags=["health"])
 
@@ -51,13 +51,13 @@ async def healthz() -> Liveness:
     },
 )
 async def readyz(request: Request) -> Readiness | Response:
-    """Ready when every enabled model route is (`api.readiness`): its model has a version
+    """Ready when every enabled model route is (`api.inference.readiness`): its model has a version
     AVAILABLE with the signature, inputs and outputs the route declares.
 
     Reads serving afresh on every call (no cache), within the request's deadline, so a probe
     sees serving go down and come back. 200 with each route's state; else 503 in the error
-    shape of `api.errors` (code `serving_unavailable`, `Retry-After`), with the same `models`
-    report: which routes are not ready and why.
+    shape of `api.request.errors` (code `serving_unavailable`, `Retry-After`), with the same
+    `models` report: which routes are not ready and why.
     """
     endpoints: list[ModelEndpoint] = request.app.state.model_endpoints
     deadline = current_context().deadline

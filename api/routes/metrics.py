@@ -1,10 +1,10 @@
-"""`GET /metrics`: Prometheus text exposition of `api.metrics.ApiMetrics`."""
+"""`GET /metrics`: Prometheus text exposition of `api.observability.metrics.ApiMetrics`."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 
-from api.metrics import ApiMetrics
+from api.observability.metrics import ApiMetrics
 
 router = APIRouter(tags=["observability"])
 

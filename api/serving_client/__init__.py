@@ -15,6 +15,10 @@ concurrent predicts may be merged into one call (`_coalescing`); `open_serving_c
 builds that stack. The package needs nothing from the app: it is configured with plain
 data and is usable on its own.
 
+Every call takes the request's `Deadline` (`_deadline`: one point on the monotonic clock,
+from the request's arrival to the wire); what is left of it is the gRPC deadline or the
+REST call's timeout.
+
 Every failure leaves this package as a `ServingError` subclass with a canonical
 `Code`; exceptions of the HTTP/1.1 client (`_http1`) and of grpc never do (see
 `_errors` for the table).
@@ -23,8 +27,8 @@ The names below are the public surface, pinned by tests/api/test_exported_member
 everything else is private to the package.
 """
 
+from api.serving_client._deadline import Deadline, DeadlineExceeded
 from api.serving_client._errors import (
-    Code,
     ServingBadResponse,
     ServingError,
     ServingInternalError,
@@ -49,12 +53,15 @@ from api.serving_client._types import (
     TensorInfo,
     VersionStatus,
 )
+from canonical_codes import Code
 
 __all__ = [
     "ClientConfig",
     "CoalescingConfig",
     "Code",
     "DataType",
+    "Deadline",
+    "DeadlineExceeded",
     "MetadataProvider",
     "ModelMetadata",
     "ModelSpec",

@@ -52,7 +52,7 @@ import math
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
-from api.deadlines import Deadline
+from api.serving_client._deadline import Deadline
 from api.serving_client._errors import (
     DEADLINE_PASSED,
     ServingBadResponse,

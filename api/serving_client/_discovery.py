@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import urlsplit
 
-from api.deadlines import Deadline
+from api.serving_client._deadline import Deadline
 from api.serving_client._types import ModelMetadata, ModelStatus, PredictRequest, PredictResponse, ServingClient
 
 _log = logging.getLogger(__name__)

@@ -2,7 +2,8 @@
 
 Every failure of a call to the serving tier leaves `api.serving_client` as a
 `ServingError` subclass carrying a canonical `Code` (the codes of
-`tensorflow/core/protobuf/error_codes.proto`, which are gRPC's `grpc.StatusCode`):
+`tensorflow/core/protobuf/error_codes.proto`, which are gRPC's `grpc.StatusCode`; the enum
+is the top-level `canonical_codes`, shared with the model server):
 
 | Code | class | meaning for the API |
 | --- | --- | --- |
@@ -18,16 +19,16 @@ Transports translate their own failures into a code in one place each: gRPC's st
 code is the code; a REST status goes through `code_for_http_status`, the inverse of
 TF Serving's `ToHTTPStatusCode()` (model_servers/http_server.cc). The code becomes a
 class through `error_for_code` only. How each class is answered over HTTP is decided
-once, in `api.errors`.
+once, in `api.request.errors`.
 """
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from api.deadlines import Deadline
+from api.serving_client._deadline import Deadline
+from canonical_codes import Code
 
 # Wordings the transports share, so one failure reads the same over REST, over gRPC and
 # through coalescing.
@@ -37,28 +38,6 @@ UNREACHABLE = "connection refused or unreachable"
 # Longest message kept from serving's answer: enough for TF Serving's messages, bounded
 # so an error body can never echo a huge payload.
 MAX_MESSAGE_CHARS = 500
-
-
-class Code(enum.IntEnum):
-    """Canonical status codes: names and numbers of `tensorflow.error.Code` / gRPC."""
-
-    OK = 0
-    CANCELLED = 1
-    UNKNOWN = 2
-    INVALID_ARGUMENT = 3
-    DEADLINE_EXCEEDED = 4
-    NOT_FOUND = 5
-    ALREADY_EXISTS = 6
-    PERMISSION_DENIED = 7
-    RESOURCE_EXHAUSTED = 8
-    FAILED_PRECONDITION = 9
-    ABORTED = 10
-    OUT_OF_RANGE = 11
-    UNIMPLEMENTED = 12
-    INTERNAL = 13
-    UNAVAILABLE = 14
-    DATA_LOSS = 15
-    UNAUTHENTICATED = 16
 
 
 def truncate(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:

@@ -9,7 +9,7 @@ neither sockets nor channels may be shared across a fork. Under `--preload` the 
 only imports this code; nothing is connected at import time.
 
 The config is plain data, so this package needs nothing from the app: the API maps its
-settings onto it (`api.settings.Settings.serving_client_config`).
+settings onto it (`api.config.settings.Settings.serving_client_config`).
 """
 
 from __future__ import annotations

@@ -18,16 +18,15 @@ import grpc
 import grpc.aio
 from google.protobuf.message import Message
 
-from api.deadlines import Deadline
 from api.protos.tensorflow_serving.apis import (
     get_model_status_pb2,
     model_service_pb2_grpc,
     prediction_service_pb2_grpc,
 )
+from api.serving_client._deadline import Deadline
 from api.serving_client._errors import (
     DEADLINE_PASSED,
     UNREACHABLE,
-    Code,
     ServingError,
     ServingRejected,
     call_budget,
@@ -48,6 +47,7 @@ from api.serving_client._types import (
     PredictResponse,
     no_metadata,
 )
+from canonical_codes import Code
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 _Request = TypeVar("_Request", bound=Message)

@@ -34,7 +34,7 @@ from typing import TypeVar
 
 import tenacity
 
-from api.deadlines import Deadline
+from api.serving_client._deadline import Deadline
 from api.serving_client._errors import ServingError, ServingTimeout, is_retryable
 from api.serving_client._types import ModelMetadata, ModelStatus, PredictRequest, PredictResponse, ServingClient
 

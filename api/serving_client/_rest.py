@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import quote
 
 import api.serving_client._json as _json
-from api.deadlines import Deadline
+from api.serving_client._deadline import Deadline
 from api.serving_client._errors import (
     DEADLINE_PASSED,
     UNREACHABLE,

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from api.deadlines import Deadline
+from api.serving_client._deadline import Deadline
 
 Scalar = float | int | bool | bytes
 

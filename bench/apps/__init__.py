@@ -4,7 +4,7 @@
 - `tuned`: the best in-process setup, a Session callable in a sync `def` handler.
 - `ceiling`: the same validation and feature extraction with no model at all.
 
-All three reuse the API's own schemas and feature extraction (`api.examples.fraud.schemas`,
-`api.examples.fraud.features`) through `bench.apps.common`, so the only difference between them and
+All three reuse the API's own schemas and feature extraction (`examples.fraud.schemas`,
+`examples.fraud.features`) through `bench.apps.common`, so the only difference between them and
 the split setup is where and how the model runs.
 """

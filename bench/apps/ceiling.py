@@ -22,10 +22,10 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from api.app import create_app as create_api
-from api.deadlines import Deadline
-from api.examples.fraud import route as fraud_route
+from api.config.settings import ModelSettings, Settings
 from api.model_routes import Signature, TensorSpec
 from api.serving_client import (
+    Deadline,
     ModelMetadata,
     ModelStatus,
     PredictRequest,
@@ -36,7 +36,7 @@ from api.serving_client import (
     TensorInfo,
     VersionStatus,
 )
-from api.settings import ModelSettings, Settings
+from examples.fraud.route import route as fraud_route
 
 NO_MODEL = "none"
 NO_MODEL_VERSION = 1

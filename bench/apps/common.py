@@ -1,7 +1,7 @@
 """What the in-process comparison apps share: the route, the model's location, the answer.
 
-The route is the API's (`POST /v1/fraud/score`, body `api.examples.fraud.schemas.Transaction`,
-answer `api.examples.fraud.schemas.FraudScore`), so the load generator sends the same bodies to
+The route is the API's (`POST /v1/fraud/score`, body `examples.fraud.schemas.Transaction`,
+answer `examples.fraud.schemas.FraudScore`), so the load generator sends the same bodies to
 every setup and the
 answers are the same size. Each app supplies only its handler, because the handler's
 kind (`async def` on the loop or `def` in the threadpool) is what is being compared.
@@ -18,8 +18,8 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from api.examples.fraud.schemas import FraudScore, Transaction
 from api.model_routes import ModelInfo
+from examples.fraud.schemas import FraudScore, Transaction
 
 SCORE_PATH = "/v1/fraud/score"
 MODEL_NAME = "fraud"

@@ -24,8 +24,6 @@ import keras
 import numpy as np
 from fastapi import FastAPI, Request
 
-from api.examples.fraud.features import N_FEATURES, extract_features
-from api.examples.fraud.schemas import FraudScore, Transaction
 from bench.apps.common import (
     INPUT_KEY,
     OUTPUT_KEY,
@@ -35,6 +33,8 @@ from bench.apps.common import (
     model_info,
     to_response,
 )
+from examples.fraud.features import N_FEATURES, extract_features
+from examples.fraud.schemas import FraudScore, Transaction
 
 
 def load_keras_model(export_dir: Path) -> keras.Model:

@@ -30,8 +30,6 @@ import numpy as np
 import tensorflow as tf
 from fastapi import FastAPI, Request
 
-from api.examples.fraud.features import N_FEATURES, extract_features
-from api.examples.fraud.schemas import FraudScore, Transaction
 from bench.apps.common import (
     INPUT_KEY,
     OUTPUT_KEY,
@@ -41,6 +39,8 @@ from bench.apps.common import (
     model_info,
     to_response,
 )
+from examples.fraud.features import N_FEATURES, extract_features
+from examples.fraud.schemas import FraudScore, Transaction
 
 
 class SessionModel:

@@ -27,8 +27,8 @@ CALL_TIMEOUT_S = 10.0
 def feature_rows(n: int, seed: int = 2026) -> np.ndarray:
     """``n`` feature vectors, float32 ``[n, 11]``, from generated transactions (the API's own
     validation and feature extraction, as in production)."""
-    from api.examples.fraud.features import extract_features
-    from api.examples.fraud.schemas import Transaction
+    from examples.fraud.features import extract_features
+    from examples.fraud.schemas import Transaction
     from models.transactions import generate_transactions
 
     rows = [

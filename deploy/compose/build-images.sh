@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the stack's images: the API (Dockerfile) and our model server (Dockerfile.serving).
+# Builds the stack's images: the API and the API with the example routes (Dockerfile's `api` and
+# `examples` targets) and our model server (Dockerfile.serving).
 #
 #   deploy/compose/build-images.sh
 #
@@ -51,6 +52,6 @@ if [[ "$ENGINE" == podman ]] && ! podman image exists "$BASE_IMAGE"; then
 fi
 
 started=$SECONDS
-engine_log "building the API image and our model server's image (profile build)"
-"${COMPOSE[@]}" --profile build build api serving-image
+engine_log "building the API image, the API image with the examples, and our model server's image (profile build)"
+"${COMPOSE[@]}" --profile build build api-image api serving-image
 engine_log "images built in $((SECONDS - started)) s"

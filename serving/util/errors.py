@@ -7,42 +7,22 @@ Every failure that can reach a client is a :class:`ServingError`. Foreign except
 * REST: :data:`HTTP_STATUS`, the table of ``ToHTTPStatusCode()`` in TF Serving's
   ``tensorflow_serving/model_servers/http_server.cc``, installed as one exception handler in
   :mod:`serving.model_servers.http_rest_api_handler`.
-* gRPC (later): ``grpc.StatusCode[error.code.name]`` -- the :class:`Code` names and values are the
-  canonical codes of ``tensorflow/core/protobuf/error_codes.proto`` and ``grpc.StatusCode``.
+* gRPC: ``grpc.StatusCode[error.code.name]`` -- the :class:`Code` names and values are the
+  canonical codes of ``tensorflow/core/protobuf/error_codes.proto`` and ``grpc.StatusCode`` (the
+  enum is the top-level :mod:`canonical_codes`, shared with the API's serving client).
 
 This module is pure: no TensorFlow, grpc or web-framework imports.
 """
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
+from canonical_codes import Code
+
 __all__ = ["HTTP_STATUS", "Code", "LimitExceeded", "ServingError", "from_exception"]
-
-
-class Code(enum.IntEnum):
-    """Canonical status codes (same names and numbers as gRPC and ``tensorflow.error.Code``)."""
-
-    OK = 0
-    CANCELLED = 1
-    UNKNOWN = 2
-    INVALID_ARGUMENT = 3
-    DEADLINE_EXCEEDED = 4
-    NOT_FOUND = 5
-    ALREADY_EXISTS = 6
-    PERMISSION_DENIED = 7
-    RESOURCE_EXHAUSTED = 8
-    FAILED_PRECONDITION = 9
-    ABORTED = 10
-    OUT_OF_RANGE = 11
-    UNIMPLEMENTED = 12
-    INTERNAL = 13
-    UNAVAILABLE = 14
-    DATA_LOSS = 15
-    UNAUTHENTICATED = 16
 
 
 #: Canonical code -> HTTP status, exactly ``ToHTTPStatusCode()`` of TF Serving's http_server.cc.

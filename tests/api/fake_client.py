@@ -14,9 +14,9 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
-from api.deadlines import Deadline
 from api.model_routes import Signature, TensorSpec
 from api.serving_client import (
+    Deadline,
     ModelMetadata,
     ModelStatus,
     PredictRequest,

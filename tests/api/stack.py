@@ -18,8 +18,8 @@ from typing import Any
 
 import httpx
 
-from api.examples.fraud.features import extract_features
-from api.examples.fraud.schemas import Transaction
+from examples.fraud.features import extract_features
+from examples.fraud.schemas import Transaction
 from models.transactions import generate_transactions
 from tests.api.fake_serving import fake_score
 from tests.support import Proc, free_port, http_ok, start_api, wait_until

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from api.deadlines import Deadline
 from api.serving_client import (
     ClientConfig,
     CoalescingConfig,
     DataType,
+    Deadline,
     ModelSpec,
     ModelStatus,
     PredictRequest,

@@ -1,5 +1,5 @@
 """CPU quota detection from fake cgroup trees (v2 `cpu.max`, v1 CFS files), and the split of
-one container's CPUs between the two tiers (`python -m api.cpu_budget`, run by run-server.sh)."""
+one container's CPUs between the two tiers (`python -m api.ops.cpu_budget`, run by run-server.sh)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from api.cpu_budget import (
+from api.ops.cpu_budget import (
     affinity_cpus,
     available_cpus,
     cgroup_cpu_quota,
@@ -196,7 +196,7 @@ def test_shell_assignments_are_what_run_server_evaluates() -> None:
 
 
 def _budget_cli(*args: str, cpus: str | None = None, env: dict[str, str] | None = None) -> str:
-    command = [sys.executable, "-m", "api.cpu_budget", *args]
+    command = [sys.executable, "-m", "api.ops.cpu_budget", *args]
     if cpus is not None:
         command = ["taskset", "-c", cpus, *command]
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=60,

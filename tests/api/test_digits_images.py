@@ -1,4 +1,4 @@
-"""`api.examples.digits.images`: uploaded image bytes → the UCI digits' 8×8, 0..16 grid.
+"""`examples.digits.images`: uploaded image bytes → the UCI digits' 8×8, 0..16 grid.
 
 Dataset digits are rendered back into big pictures (`models.digits_data.render`, dark
 ink on white unless stated) and must come back as the grid they were drawn from — up
@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from api.examples.digits.images import ImageError, decode_grayscale, digit_grid, png_data_bytes, preprocess_digit
+from examples.digits.images import ImageError, decode_grayscale, digit_grid, png_data_bytes, preprocess_digit
 from models.digits_data import encode, load_split, render
 from tests.support import REPO
 

@@ -19,13 +19,14 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.app import create_app
-from api.examples.digits import route as digits_route
-from api.route_config import MULTIPART_ALLOWANCE_BYTES
+from api.config.enabled_routes import MULTIPART_ALLOWANCE_BYTES
+from api.config.settings import Settings
+from api.request.admission.rules import multipart_boundary
 from api.serving_client import DataType, PredictRequest, Tensor
-from api.settings import Settings
+from examples.digits.route import route as digits_route
 from models.digits_data import encode, load_split, render
 from tests.api.fake_client import FakeClient, FakeModel, signature_info
-from tests.support import REPO
+from tests.support import EXAMPLE_ROUTES, REPO
 
 URL = "/v1/digits/classify"
 IMAGE_LIMIT = 50_000
@@ -38,7 +39,11 @@ def png() -> bytes:
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[TestClient]:
-    settings = Settings(serving_url="http://127.0.0.1:9", models={"digits": {"max_body_bytes": IMAGE_LIMIT}})
+    settings = Settings(
+        model_routes=EXAMPLE_ROUTES.split(","),
+        serving_url="http://127.0.0.1:9",
+        models={"digits": {"max_body_bytes": IMAGE_LIMIT}},
+    )
     with TestClient(create_app(settings)) as c:
         yield c
 
@@ -163,7 +168,7 @@ def probs(hot: int) -> list[float]:
 
 def classify_with(tmp_path: Path, png: bytes, model: FakeModel) -> tuple[httpx.Response, FakeClient]:
     fake = FakeClient({"digits": model})
-    settings = Settings(model_routes=["digits"], events_jsonl_path=tmp_path / "events.jsonl")
+    settings = Settings(model_routes=["examples.digits.route:route"], events_jsonl_path=tmp_path / "events.jsonl")
     with TestClient(create_app(settings, open_client=fake.opener)) as c:
         return c.post(URL, files={"image": ("d.png", png, "image/png")}), fake
 
@@ -226,11 +231,14 @@ PROBE = """
 import sys
 from fastapi.testclient import TestClient
 from api.app import create_app
-from api.settings import Settings
+from api.config.settings import Settings
+from api.request.admission.rules import multipart_boundary
 from models.digits_data import encode, load_split, render
+from tests.support import EXAMPLE_ROUTES
 
 png = encode(render(load_split().test_x[0]))
-with TestClient(create_app(Settings(serving_url="http://127.0.0.1:9"))) as client:
+settings = Settings(model_routes=EXAMPLE_ROUTES.split(","), serving_url="http://127.0.0.1:9")
+with TestClient(create_app(settings)) as client:
     r = client.post("/v1/digits/classify", files={"image": ("d.png", png, "image/png")})
     assert r.status_code == 503, r.text  # preprocessed, then serving unreachable
 heavy = sorted(m for m in sys.modules if m.split(".")[0] in {"tensorflow", "keras", "tensorflow_serving"})
@@ -260,6 +268,23 @@ def test_a_broken_multipart_upload_is_400(client: TestClient, body: bytes) -> No
     r = client.post(URL, content=body, headers={"content-type": "multipart/form-data; boundary=b"})
     assert r.status_code == 400, r.text
     assert r.json()["code"] == "bad_request" and "closing boundary" in r.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    [
+        b"multipart/form-data; boundary=b", b"Multipart/Form-Data;BOUNDARY=b", b'multipart/form-data; boundary="a;b"',
+        b'multipart/form-data; boundary="a \\"b\\\\c"; charset=utf-8', b"multipart/form-data ; boundary=----x",
+        b"multipart/form-data; boundary=", b"multipart/form-data", b"multipart/form-data; boundary*=utf-8''b",
+        b"multipart/mixed; boundary=b", b"application/json",
+    ],
+)  # fmt: skip
+def test_the_close_watch_reads_the_boundary_the_form_parser_reads(content_type: bytes) -> None:
+    from python_multipart.multipart import parse_options_header
+
+    media_type, params = parse_options_header(content_type)
+    parsers = params.get(b"boundary") if media_type == b"multipart/form-data" else None
+    assert multipart_boundary(content_type) == (parsers or None)
 
 
 def test_a_whole_form_without_the_image_field_is_still_422(client: TestClient) -> None:

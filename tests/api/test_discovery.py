@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from api.deadlines import Deadline
+from api.serving_client import Deadline
 from api.serving_client._discovery import Address, ReplicaSet, grpc_target, rest_target
 from api.serving_client._types import ModelSpec, ModelStatus, PredictRequest, PredictResponse, Tensor
 

@@ -1,4 +1,4 @@
-"""`python -m api.doctor` on good and bad configurations."""
+"""`python -m api.ops.doctor` on good and bad configurations."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from api.doctor import blocking_calls, main, serving_flag
-from tests.support import REPO
+from api.ops.doctor import blocking_calls, main, serving_flag
+from tests.support import EXAMPLE_ROUTES, REPO
 
 GOOD_CONFIG = REPO / "gunicorn.conf.py"
 
@@ -76,7 +76,8 @@ def bad_app_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     return "doctor_bad_app:create"
 
 
-def test_good_configuration_passes(capsys: pytest.CaptureFixture[str]) -> None:
+def test_good_configuration_passes(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MODEL_ROUTES", EXAMPLE_ROUTES)  # the app is built from the environment
     code, out = run_doctor(
         capsys,
         "--cpus=4",
@@ -178,9 +179,9 @@ def test_batch_threads_come_from_the_parameters_file(
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
 @pytest.mark.parametrize(("cpus", "code"), [("0", 1), ("0,1", 0)])
 def test_make_doctor_under_taskset(cpus: str, code: int) -> None:
-    """`python -m api.doctor` as `make doctor` runs it, the CPUs limited by the affinity mask."""
+    """`python -m api.ops.doctor` as `make doctor` runs it, the CPUs limited by the affinity mask."""
     done = subprocess.run(
-        ["taskset", "-c", cpus, sys.executable, "-m", "api.doctor", "--app="],
+        ["taskset", "-c", cpus, sys.executable, "-m", "api.ops.doctor", "--app="],
         cwd=REPO, capture_output=True, text=True, timeout=120,
         env={"PATH": os.environ["PATH"]},
     )
@@ -261,15 +262,15 @@ def test_serving_flag_parsing() -> None:
 
 
 def test_command_line_entry_point() -> None:
-    """`python -m api.doctor` as a process: its exit status follows the warnings."""
+    """`python -m api.ops.doctor` as a process: its exit status follows the warnings."""
     common = ["--cpus=4", "--serving-intra-op=1", "--serving-inter-op=1", "--app="]
     good = subprocess.run(
-        [sys.executable, "-m", "api.doctor", *common, "--workers=2", "--api-threads=1"],
+        [sys.executable, "-m", "api.ops.doctor", *common, "--workers=2", "--api-threads=1"],
         cwd=REPO, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert good.returncode == 0, good.stdout + good.stderr
     bad = subprocess.run(
-        [sys.executable, "-m", "api.doctor", *common, "--workers=8", "--api-threads=1"],
+        [sys.executable, "-m", "api.ops.doctor", *common, "--workers=8", "--api-threads=1"],
         cwd=REPO, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert bad.returncode == 1

@@ -13,10 +13,11 @@ from fastapi import APIRouter
 from fastapi.testclient import TestClient
 
 from api.app import create_app
-from api.deadlines import DeadlineExceeded
-from api.errors import ERROR_TABLE, MAX_VALIDATION_ERRORS, bounded, bounded_validation_errors, classify
+from api.config.settings import Settings
+from api.request.errors import ERROR_TABLE, MAX_VALIDATION_ERRORS, bounded, bounded_validation_errors, classify
 from api.serving_client import (
     Code,
+    DeadlineExceeded,
     ServingBadResponse,
     ServingInternalError,
     ServingMisconfigured,
@@ -25,8 +26,8 @@ from api.serving_client import (
     ServingTimeout,
     ServingUnavailable,
 )
-from api.settings import Settings
 from tests.api.stack import transactions
+from tests.support import EXAMPLE_ROUTES
 
 SCORE = "/v1/fraud/score"
 
@@ -44,6 +45,7 @@ def assert_error_shape(response, status: int, code: str) -> dict:  # type: ignor
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
     settings = Settings(
+        model_routes=EXAMPLE_ROUTES.split(","),
         serving_url="http://127.0.0.1:9",
         events_jsonl_path=tmp_path_factory.mktemp("events") / "events.jsonl",
         serving_max_attempts=1,

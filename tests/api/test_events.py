@@ -20,8 +20,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from api.events import EventPublisher, HttpSink, JsonlFileSink, ScoreEvent, encode_jsonl
-from api.metrics import ApiMetrics
+from api.observability.events import EventPublisher, HttpSink, JsonlFileSink, ScoreEvent, encode_jsonl
+from api.observability.metrics import ApiMetrics
 from models.transactions import generate_transactions
 from tests.support import (
     REPO,
@@ -179,8 +179,8 @@ async def test_sink_failure_drops_that_batch_and_the_writer_goes_on() -> None:
 _FULL_DISK_SCRIPT = """
 import asyncio, json, resource, sys
 from pathlib import Path
-from api.events import EventPublisher, JsonlFileSink, encode_jsonl
-from api.metrics import ApiMetrics
+from api.observability.events import EventPublisher, JsonlFileSink, encode_jsonl
+from api.observability.metrics import ApiMetrics
 from tests.api.test_events import event, outcome_counts
 
 path, groups = Path(sys.argv[1]), [20, 20, 20, 5]

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from api.examples.fraud.features import FEATURE_NAMES, N_FEATURES, extract_features, haversine_km
-from api.examples.fraud.schemas import Location, Transaction
+from examples.fraud.features import FEATURE_NAMES, N_FEATURES, extract_features, haversine_km
+from examples.fraud.schemas import Location, Transaction
 
 BASE = {
     "transaction_id": "t-1",

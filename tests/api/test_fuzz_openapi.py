@@ -10,7 +10,7 @@ an unknown one; random bytes; GETs with random `X-Request-ID` and
 them); random bytes and corrupted PNGs as the multipart digits image.
 
 For every answer: no 500, an answer within `TIMEOUT_S` (the client raises otherwise),
-every non-2xx in the error shape of `api.errors` (`{"detail", "code", "request_id"}`,
+every non-2xx in the error shape of `api.request.errors` (`{"detail", "code", "request_id"}`,
 `request_id` equal to the `X-Request-ID` header), and every 2xx body valid against the
 operation's documented response schema (schemathesis' `response_schema_conformance`).
 Bounded and reproducible: about 200 examples in all, `derandomize=True`, no example

@@ -23,9 +23,10 @@ import pytest
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
 
-from api.cpu_budget import available_cpus
+from api.ops.cpu_budget import available_cpus
 from models.transactions import generate_transactions
 from tests.support import (
+    EXAMPLE_ROUTES,
     REPO,
     Proc,
     free_port,
@@ -108,6 +109,7 @@ def test_two_workers_share_metrics_stay_small_and_stop_cleanly(
             "WEB_CONCURRENCY": str(WORKERS),
             "API_BIND": f"127.0.0.1:{port}",
             "SERVING_URL": serving,
+            "MODEL_ROUTES": EXAMPLE_ROUTES,
             "EVENTS_JSONL_PATH": str(events),
             "ACCESS_LOG": "false",
             "TMPDIR": str(tmp_dir),
@@ -184,7 +186,7 @@ def test_a_start_that_fails_leaves_no_metrics_directory(tmp_path: Path) -> None:
         tmp_path / "gunicorn.log", TMPDIR=str(tmp_path), API_BIND=f"127.0.0.1:{free_port()}", MODEL_ROUTES="nope"
     )
     assert gunicorn.popen.wait(60) != 0
-    assert "MODEL_ROUTES: 'nope' is neither a built-in route" in gunicorn.log()
+    assert "MODEL_ROUTES: 'nope' is not an import path" in gunicorn.log()
     assert list(tmp_path.glob("api-prometheus-*")) == []
 
 

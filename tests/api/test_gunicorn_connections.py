@@ -27,7 +27,7 @@ import pytest
 import requests
 
 from tests.api.test_gunicorn import children
-from tests.support import Proc, free_port, http_ok, wait_until
+from tests.support import EXAMPLE_ROUTES, Proc, free_port, http_ok, wait_until
 
 WORKERS = 2
 CAP = 64
@@ -63,6 +63,7 @@ def gunicorn(tmp_path: Path) -> Iterator[tuple[Proc, str]]:
             "WEB_CONCURRENCY": str(WORKERS),
             "API_BIND": f"127.0.0.1:{port}",
             "API_WORKER_CONNECTIONS": str(CAP),
+            "MODEL_ROUTES": EXAMPLE_ROUTES,
             "API_HEADER_TIMEOUT_S": "1",
             "SERVING_URL": "http://127.0.0.1:9",
             "EVENTS_JSONL_PATH": str(tmp_path / "events.jsonl"),

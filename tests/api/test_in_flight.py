@@ -1,4 +1,4 @@
-"""The in-flight limit counted over every worker (`api.in_flight.InFlightBoard`).
+"""The in-flight limit counted over every worker (`api.request.admission.in_flight.InFlightBoard`).
 
 Unit tests with forked processes, then gunicorn with two workers against fake serving
 that holds every predict: one worker is stopped (SIGSTOP) while the requests connect, so
@@ -17,10 +17,10 @@ from pathlib import Path
 
 import httpx
 
-from api.in_flight import InFlightBoard
+from api.request.admission.in_flight import InFlightBoard
 from tests.api.stack import launch_fake, transactions, wait_ready
 from tests.api.test_gunicorn import children
-from tests.support import Proc, free_port, http_ok, wait_until
+from tests.support import EXAMPLE_ROUTES, Proc, free_port, http_ok, wait_until
 
 
 def test_the_count_and_the_limit_are_every_live_workers() -> None:
@@ -64,6 +64,7 @@ def test_one_worker_may_take_the_share_of_another_that_accepted_nothing(tmp_path
             "WEB_CONCURRENCY": "2",
             "API_BIND": f"127.0.0.1:{port}",
             "SERVING_URL": fake.url,
+            "MODEL_ROUTES": EXAMPLE_ROUTES,
             "MAX_IN_FLIGHT_REQUESTS": str(per_worker),
             "REQUEST_TIMEOUT_S": "30",
             "SERVING_TIMEOUT_S": "30",

@@ -20,9 +20,10 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from api.app import create_app
-from api.loop_monitor import LoopMonitor
-from api.metrics import ApiMetrics
-from api.settings import Settings
+from api.config.settings import Settings
+from api.observability.loop_monitor import LoopMonitor
+from api.observability.metrics import ApiMetrics
+from tests.support import EXAMPLE_ROUTES
 
 BLOCKING_ROUTE = "/test/blocking/{n}"
 NON_BLOCKING_ROUTE = "/test/awaiting"
@@ -30,6 +31,7 @@ NON_BLOCKING_ROUTE = "/test/awaiting"
 
 def build_app(tmp_path: Path) -> FastAPI:
     settings = Settings(
+        model_routes=EXAMPLE_ROUTES.split(","),
         serving_url="http://127.0.0.1:9",
         events_jsonl_path=tmp_path / "events.jsonl",
         loop_monitor_interval_s=0.02,
@@ -75,7 +77,7 @@ def blocks(client: TestClient) -> dict[str, float]:
 
 def loop_monitor_warnings(err: str) -> list[dict[str, object]]:
     records = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
-    return [r for r in records if r["logger"] == "api.loop_monitor" and r["level"] == "WARNING"]
+    return [r for r in records if r["logger"] == "api.observability.loop_monitor" and r["level"] == "WARNING"]
 
 
 def test_blocking_route_is_logged_by_name_and_counted(
@@ -155,7 +157,7 @@ async def test_a_long_queue_of_short_callbacks_is_overload_not_a_block(
     metrics = ApiMetrics()
     monitor = LoopMonitor(metrics, interval_s=0.02, threshold_s=0.05)
     await monitor.start()
-    caplog.set_level(logging.INFO, logger="api.loop_monitor")
+    caplog.set_level(logging.INFO, logger="api.observability.loop_monitor")
     try:
         await asyncio.sleep(0.05)
         loop = asyncio.get_running_loop()

@@ -1,7 +1,7 @@
 """Request instrumentation: Server-Timing, X-Request-ID, X-Model-Version, /metrics, access log.
 
 The app under test is the real one (`create_app`) with a few extra routes that record
-stages through the per-request seam (`api.request_context`), so these tests need no
+stages through the per-request seam (`api.request.context`), so these tests need no
 serving tier. The fraud route's stages against a real serving tier are checked in
 tests/api/test_gunicorn.py.
 """
@@ -27,11 +27,11 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from api.app import create_app
-from api.request_context import current_request
+from api.config.settings import Settings
+from api.request.context import current_request
 from api.serving_client import ServingTimeout
-from api.settings import Settings
 from tests.api.fake_serving import signature_def_json
-from tests.support import REPO
+from tests.support import EXAMPLE_ROUTES, REPO
 
 STAGE_ROUTE = "/test/stages/{item}"
 
@@ -48,6 +48,7 @@ def sample(metrics_text: str, name: str, **labels: str) -> float:
 def build_app(tmp_path: Path) -> FastAPI:
     """The real app plus test routes that use the stage seam; serving is never called."""
     settings = Settings(
+        model_routes=EXAMPLE_ROUTES.split(","),
         serving_url="http://127.0.0.1:9",
         events_jsonl_path=tmp_path / "events.jsonl",
     )
@@ -259,7 +260,10 @@ def test_access_log_is_one_json_object_per_request(
 
 def test_access_log_can_be_turned_off(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     settings = Settings(
-        serving_url="http://127.0.0.1:9", access_log=False, events_jsonl_path=tmp_path / "e.jsonl"
+        model_routes=EXAMPLE_ROUTES.split(","),
+        serving_url="http://127.0.0.1:9",
+        access_log=False,
+        events_jsonl_path=tmp_path / "e.jsonl",
     )
     with TestClient(create_app(settings)) as c:
         assert c.get("/healthz").status_code == 200
@@ -296,6 +300,7 @@ def test_request_id_is_forwarded_to_serving(tmp_path: Path) -> None:
     thread.start()
     try:
         settings = Settings(
+            model_routes=EXAMPLE_ROUTES.split(","),
             serving_url=f"http://127.0.0.1:{server.server_address[1]}",
             events_jsonl_path=tmp_path / "events.jsonl",
         )
@@ -324,7 +329,7 @@ def test_a_multiprocess_directory_set_after_the_import_stops_the_app(tmp_path: P
         "from api.app import create_app\n"
         "create_app()\n"
     )
-    env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
+    env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"} | {"MODEL_ROUTES": EXAMPLE_ROUTES}
     out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode != 0
     assert "PROMETHEUS_MULTIPROC_DIR was set after prometheus_client was imported" in out.stderr

@@ -20,6 +20,10 @@ from fastapi.testclient import TestClient
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.app import create_app
+from api.config.enabled_routes import RouteConfigError, configure_routes, load_routes
+from api.config.settings import Settings
+from api.inference.readiness import signature_mismatches
+from api.inference.tensors import example_inputs
 from api.model_routes import (
     DataType,
     FileUpload,
@@ -32,11 +36,7 @@ from api.model_routes import (
     TensorSpec,
     Upload,
 )
-from api.readiness import signature_mismatches
-from api.route_config import RouteConfigError, configure_routes, load_routes
 from api.serving_client import PredictRequest, SignatureInfo, Tensor, TensorInfo
-from api.settings import Settings
-from api.tensors import example_inputs
 from tests.api.fake_client import FakeClient, FakeModel, signature_info
 from tests.support import REPO
 
@@ -97,6 +97,10 @@ def circle_model(score: float = 0.75, **kwargs: object) -> FakeModel:
         return {"score": Tensor((1,), [score])}
 
     return FakeModel({"serving_default": signature_info(CIRCLE.signature)}, answer, **kwargs)  # type: ignore[arg-type]
+
+
+# The fraud example, enabled as any route is: by the import path of its declaration.
+FRAUD = "examples.fraud.route:route"
 
 
 @pytest.fixture
@@ -178,28 +182,14 @@ def test_per_model_settings_are_nested_by_route_name(settings: Settings, fake: F
 
 
 def test_settings_come_from_nested_environment_variables(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("MODEL_ROUTES", "fraud, tests.api.test_model_routes:CIRCLE")
+    monkeypatch.setenv("MODEL_ROUTES", f"{FRAUD}, tests.api.test_model_routes:CIRCLE")
     monkeypatch.setenv("MODELS__CIRCLE__CUTOFF", "0.25")
     monkeypatch.setenv("MODELS__FRAUD__SIGNATURE_NAME", "scores")
     settings = Settings()
-    assert settings.model_routes == ["fraud", "tests.api.test_model_routes:CIRCLE"]
+    assert settings.model_routes == [FRAUD, "tests.api.test_model_routes:CIRCLE"]
     fraud, circle = configure_routes(load_routes(settings.model_routes), settings)
     assert fraud.signature.signature_name == "scores" and fraud.signature.model_name == "fraud"
     assert circle.route is CIRCLE and circle.options == CircleOptions(cutoff=0.25)
-
-
-def test_the_old_flat_names_still_work(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("FRAUD_THRESHOLD", "0.8")
-    monkeypatch.setenv("DIGITS_MAX_IMAGE_BYTES", "1000")
-    monkeypatch.setenv("MODELS__DIGITS__MAX_BODY_BYTES", "2000")  # the new name wins
-    settings = Settings()
-    fraud, digits = configure_routes(load_routes(["fraud", "digits"]), settings)
-    assert fraud.options.threshold == 0.8  # type: ignore[attr-defined]
-    assert digits.max_upload_bytes == 2000
-    assert settings.legacy_names_in_use() == [
-        "FRAUD_THRESHOLD is deprecated: use MODELS__FRAUD__THRESHOLD",
-        "DIGITS_MAX_IMAGE_BYTES is deprecated: use MODELS__DIGITS__MAX_BODY_BYTES",
-    ]
 
 
 OWN = "tests.api.test_model_routes:CIRCLE"
@@ -210,11 +200,17 @@ OWN = "tests.api.test_model_routes:CIRCLE"
     [
         ({"circle": {"cutof": 0.1}}, [OWN], "MODELS__CIRCLE__CUTOF: route 'circle' has no such setting"),
         ({"circle": {"cutoff": 7}}, [OWN], "MODELS__CIRCLE__CUTOFF: Input should be less than or equal to 1"),
-        ({"fruad": {"threshold": 0.3}}, ["fraud"], "MODELS__FRUAD__THRESHOLD: no route is named 'fruad'"),
-        ({}, ["nope"], "'nope' is neither a built-in route"),
+        ({"fruad": {"threshold": 0.3}}, [FRAUD], "MODELS__FRUAD__THRESHOLD: no route is named 'fruad'"),
+        # Settings of a route this deployment does not serve are a mistake like any other.
+        ({"fraud": {"threshold": 0.3}}, [OWN], "MODELS__FRAUD__THRESHOLD: no route is named 'fraud' (MODEL_"),
+        ({}, [], "MODEL_ROUTES is not set"),
+        ({}, ["fraud"], "'fraud' is not an import path package.module:attribute"),
         ({}, ["tests.api.test_model_routes:Point"], "is a ModelMetaclass, not a ModelRoute"),
-        ({}, ["no.such.module:route"], "cannot import 'no.such.module:route'"),
-        ({}, ["fraud", "fraud"], "two routes named 'fraud'"),
+        ({}, ["no.such.module:route"], "cannot import 'no.such.module:route': no module 'no' on the Python path; add"),
+        ({}, ["no.such.module:route"], "add the directory that holds it to PYTHONPATH"),
+        ({}, ["examples.fraud.nope:route"], "no module 'examples.fraud.nope' on the Python path"),
+        ({}, ["examples.fraud.route:nope"], "module 'examples.fraud.route' has no attribute 'nope'"),
+        ({}, [FRAUD, FRAUD], "two routes named 'fraud'"),
     ],
 )  # fmt: skip
 def test_configuration_mistakes_stop_the_app_with_the_setting_named(
@@ -225,30 +221,9 @@ def test_configuration_mistakes_stop_the_app_with_the_setting_named(
         create_app(settings)
 
 
-def test_settings_of_a_built_in_route_that_is_not_enabled_are_ignored_with_one_line(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    """One environment shared by deployments serving different routes: the fraud route's
-    settings, old or new names, do not stop one that serves only another route."""
-    monkeypatch.setenv("MODEL_ROUTES", OWN)
-    monkeypatch.setenv("FRAUD_THRESHOLD", "0.3")
-    monkeypatch.setenv("MODELS__FRAUD__SIGNATURE_NAME", "scores")
-    monkeypatch.setenv("MODELS__DIGITS__MAX_IMAGE_PIXELS", "100")
-    with caplog.at_level("WARNING", logger="api.app"):
-        app = create_app()
-    assert [e.configured.route for e in app.state.model_endpoints] == [CIRCLE]
-    ignored = [r.getMessage() for r in caplog.records if "ignored" in r.getMessage()]
-    assert ignored == [
-        "MODELS__DIGITS__MAX_IMAGE_PIXELS ignored: route 'digits' is not enabled (MODEL_ROUTES serves circle)",
-        "FRAUD_THRESHOLD, MODELS__FRAUD__SIGNATURE_NAME ignored: route 'fraud' is not enabled "
-        "(MODEL_ROUTES serves circle)",
-    ]
-
-
 @pytest.mark.parametrize(
     ("variable", "value", "message"),
     [
-        ("FRAUD_THRESHOLD", "2", "FRAUD_THRESHOLD: Input should be less than or equal to 1"),
         ("MODELS__FRAUD__THRESHOLD", "2", "MODELS__FRAUD__THRESHOLD: Input should be less than or equal to 1"),
         ("MODELS__CIRCEL__CUTOFF", "0.5", "MODELS__CIRCEL__CUTOFF: no route is named 'circel'"),
     ],
@@ -256,7 +231,7 @@ def test_settings_of_a_built_in_route_that_is_not_enabled_are_ignored_with_one_l
 def test_a_refused_setting_is_named_by_the_variable_that_was_set(
     monkeypatch: pytest.MonkeyPatch, variable: str, value: str, message: str
 ) -> None:
-    monkeypatch.setenv("MODEL_ROUTES", f"fraud,{OWN}")
+    monkeypatch.setenv("MODEL_ROUTES", f"{FRAUD},{OWN}")
     monkeypatch.setenv(variable, value)
     with pytest.raises(RouteConfigError, match=message.replace("(", r"\(").replace(".", r"\.")):
         create_app()
@@ -281,7 +256,7 @@ def test_readyz_reports_each_route(settings: Settings) -> None:
             "fraud": FakeModel({"serving_default": wrong}, lambda r: {}),
         }
     )
-    from api.examples.fraud import route as fraud
+    from examples.fraud.route import route as fraud
 
     with TestClient(create_app(settings, routes=[CIRCLE, fraud], open_client=fake.opener)) as c:
         r = c.get("/readyz")
@@ -384,8 +359,8 @@ def test_a_declaration_is_checked_when_it_is_made() -> None:
 
 PROBE = """
 import sys
-import api.app, api.route_config
-print("LOADED:" + ",".join(sorted(m for m in sys.modules if m.startswith("api.examples"))))
+import api.app, api.config.enabled_routes
+print("LOADED:" + ",".join(sorted(m for m in sys.modules if m.startswith("examples"))))
 """
 
 

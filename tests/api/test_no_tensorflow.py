@@ -11,9 +11,10 @@ PROBE = """
 import sys
 from fastapi.testclient import TestClient
 from api.app import create_app
-from api.settings import Settings
+from api.config.settings import Settings
+from tests.support import EXAMPLE_ROUTES
 
-app = create_app(Settings(serving_url="http://127.0.0.1:9"))
+app = create_app(Settings(model_routes=EXAMPLE_ROUTES.split(","), serving_url="http://127.0.0.1:9"))
 with TestClient(app) as client:
     assert client.get("/healthz").json() == {"status": "ok"}
     client.post("/v1/fraud/score", json={})  # validation path

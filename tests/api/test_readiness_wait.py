@@ -1,10 +1,10 @@
-"""`api.readiness_wait`: run-server.sh's wait for the API's /readyz (clock and probe injected)."""
+"""`api.ops.readiness_wait`: run-server.sh's wait for the API's /readyz (clock and probe injected)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from api.readiness_wait import MAX_INTERVAL_S, wait_ready
+from api.ops.readiness_wait import MAX_INTERVAL_S, wait_ready
 
 
 class Script:

@@ -1,4 +1,4 @@
-"""Request bodies are strict: each field takes its own JSON type only (api.examples.fraud.schemas).
+"""Request bodies are strict: each field takes its own JSON type only (examples.fraud.schemas).
 
 Checked through the real app (FastAPI validates the parsed JSON in pydantic's Python
 mode, where lax and strict differ from JSON mode), with serving unreachable: a body that
@@ -17,8 +17,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.app import create_app
-from api.settings import Settings
-from tests.support import REPO
+from api.config.settings import Settings
+from tests.support import EXAMPLE_ROUTES, REPO
 
 SCORE = "/v1/fraud/score"
 EXAMPLE: dict[str, Any] = json.loads((REPO / "examples" / "transaction.json").read_text())
@@ -27,6 +27,7 @@ EXAMPLE: dict[str, Any] = json.loads((REPO / "examples" / "transaction.json").re
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
     settings = Settings(
+        model_routes=EXAMPLE_ROUTES.split(","),
         serving_url="http://127.0.0.1:9",
         events_jsonl_path=Path(tmp_path_factory.mktemp("events")) / "events.jsonl",
         serving_max_attempts=1,

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from api.serving_config import ModelConfigError, model_names, parse_model_server_config
+from api.config.serving_config import ModelConfigError, model_names, parse_model_server_config
 from tests.support import REPO
 
 FULL = """
@@ -61,7 +61,7 @@ def test_the_message_is_tf_servings_own() -> None:
 def test_the_command_prints_the_names_and_imports_no_tensorflow(tmp_path) -> None:  # type: ignore[no-untyped-def]
     probe = (
         "import runpy, sys; sys.argv = ['x', 'models.config']\n"
-        "try:\n    runpy.run_module('api.serving_config', run_name='__main__')\n"
+        "try:\n    runpy.run_module('api.config.serving_config', run_name='__main__')\n"
         "except SystemExit as e:\n    assert e.code == 0, e.code\n"
         "print('TF:' + str('tensorflow' in sys.modules))\n"
     )
@@ -71,6 +71,7 @@ def test_the_command_prints_the_names_and_imports_no_tensorflow(tmp_path) -> Non
     bad = tmp_path / "bad.config"
     bad.write_text("model_config_list { config { nam: 1 } }")
     out = subprocess.run(
-        [sys.executable, "-m", "api.serving_config", str(bad)], cwd=REPO, capture_output=True, text=True, timeout=60
-    )
+        [sys.executable, "-m", "api.config.serving_config", str(bad)],
+        cwd=REPO, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
     assert out.returncode == 2 and 'no field named "nam"' in out.stderr

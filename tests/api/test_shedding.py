@@ -1,4 +1,4 @@
-"""Deadline-aware shedding (`api.shedding`, `api.scoring.ServedModel`).
+"""Deadline-aware shedding (`api.request.admission.shedding`, `api.inference.served_model.ServedModel`).
 
 Unit tests of the latency estimate and of the refusal, then the measurement the feature
 exists for, with real processes on loopback: a model of finite capacity whose latency has
@@ -17,10 +17,17 @@ from pathlib import Path
 
 import pytest
 
-from api.deadlines import Deadline, DeadlineExceeded
-from api.scoring import ServedModel
-from api.serving_client import ModelStatus, PredictRequest, PredictResponse, Tensor, VersionStatus
-from api.shedding import LatencyEstimate
+from api.inference.served_model import ServedModel
+from api.request.admission.shedding import LatencyEstimate
+from api.serving_client import (
+    Deadline,
+    DeadlineExceeded,
+    ModelStatus,
+    PredictRequest,
+    PredictResponse,
+    Tensor,
+    VersionStatus,
+)
 from tests.api.stack import launch_fake, start_api_process, transactions, wait_ready
 from tests.chaos.load import LoadResult, OpenLoopLoad
 

@@ -18,10 +18,12 @@ import orjson
 import pytest
 import tenacity
 
-from api.deadlines import Deadline, DeadlineExceeded, parse_timeout_header
+from api.request.admission.rules import parse_timeout_header
 from api.serving_client import (
     Code,
     DataType,
+    Deadline,
+    DeadlineExceeded,
     ModelSpec,
     ModelStatus,
     PredictRequest,

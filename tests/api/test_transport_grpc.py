@@ -18,11 +18,18 @@ from pathlib import Path
 import httpx
 import pytest
 
-from api.deadlines import Deadline
-from api.examples.fraud.features import extract_features
-from api.examples.fraud.schemas import Transaction
-from api.serving_client import ModelSpec, PredictRequest, ServingNotFound, ServingTimeout, ServingUnavailable, Tensor
+from api.serving_client import (
+    Deadline,
+    ModelSpec,
+    PredictRequest,
+    ServingNotFound,
+    ServingTimeout,
+    ServingUnavailable,
+    Tensor,
+)
 from api.serving_client._grpc import GrpcTransport
+from examples.fraud.features import extract_features
+from examples.fraud.schemas import Transaction
 from tests.api.fake_serving import fake_score
 from tests.api.stack import (
     FakeServing,
@@ -34,7 +41,7 @@ from tests.api.stack import (
     transactions,
     wait_ready,
 )
-from tests.support import free_port, http_ok, wait_until
+from tests.support import EXAMPLE_ROUTES, free_port, http_ok, wait_until
 
 if importlib.util.find_spec("tensorflow_serving") is None:  # the official stubs, for the fake
     pytest.skip("tensorflow-serving-api is not installed", allow_module_level=True)
@@ -143,6 +150,7 @@ def test_gunicorn_preload_workers_each_open_their_own_channels(
             "API_BIND": f"127.0.0.1:{port}",
             "WEB_CONCURRENCY": "2",
             "SERVING_PROTOCOL": "grpc",
+            "MODEL_ROUTES": EXAMPLE_ROUTES,
             "SERVING_GRPC_TARGETS": ",".join(f"127.0.0.1:{r.grpc_port}" for r in grpc_replicas),
             "EVENTS_JSONL_PATH": str(tmp_path / "events.jsonl"),
             "ACCESS_LOG": "false",

@@ -18,8 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from api.deadlines import Deadline
-from api.serving_client import ServingError
+from api.serving_client import Deadline, ServingError
 from api.serving_client._grpc import GrpcTransport
 from tests.api.stack import Api, run_load, start_api_process, transactions
 from tests.support import Proc, free_port, local_models_config, start_serving, wait_model_available

@@ -13,10 +13,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 from fastapi.testclient import TestClient  # noqa: E402
 
-from api.examples.fraud.features import N_FEATURES, extract_features  # noqa: E402
-from api.examples.fraud.schemas import Transaction  # noqa: E402
 from bench.apps.common import model_dir, model_version  # noqa: E402
 from bench.workload import body_pool  # noqa: E402
+from examples.fraud.features import N_FEATURES, extract_features  # noqa: E402
+from examples.fraud.schemas import Transaction  # noqa: E402
 
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")

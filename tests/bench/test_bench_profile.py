@@ -68,7 +68,7 @@ def test_frame_location(frame: str, expected: tuple[str, str]) -> None:
         ("threading.py", "threading"),
         ("asyncio/runners.py", "asyncio"),
         ("bench/apps/tuned.py", "bench/apps/tuned.py"),
-        ("api/scoring.py", "api/scoring.py"),
+        ("api/inference/served_model.py", "api/inference/served_model.py"),
         ("/work/main/.venv/lib/python3.11/site-packages/uvicorn/main.py", "uvicorn"),
         ("/usr/lib/python3.11/json/decoder.py", "json"),
         ("", "?"),

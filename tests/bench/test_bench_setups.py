@@ -11,13 +11,13 @@ import orjson
 import pytest
 from fastapi.testclient import TestClient
 
-from api.examples.fraud.schemas import Transaction
 from bench.__main__ import default_pinning, jobs_for
 from bench.apps import ceiling
 from bench.apps.common import build_app
 from bench.plan import QUICK
 from bench.setups import all_setups, custom_variant, split_environment, split_variants
 from bench.workload import FRAUD, FRAUD_TRANSFORMER, WORKLOADS, body_pool
+from examples.fraud.schemas import Transaction
 
 
 @dataclass
@@ -82,7 +82,7 @@ def test_the_split_is_started_by_run_server_with_only_ports_and_files_set(tmp_pa
     env = split_environment(FRAUD, api_port=1, rest_port=2, grpc_port=3, run_dir=tmp_path, tag="t")
     config = Path(env["MODEL_CONFIG_FILE"]).read_text()
     assert '    name: "fraud"\n' in config and "digits" not in config  # the model tuned loads
-    assert env["MODEL_ROUTES"] == "fraud"  # the route of the one model serving has
+    assert env["MODEL_ROUTES"] == "examples.fraud.route:route"  # the route of the one model serving has
     sizing = {"WEB_CONCURRENCY", "SERVING_ARGS", "OMP_NUM_THREADS", "COALESCING_ENABLED",
               "SERVING_PROTOCOL", "MODELS__FRAUD__MODEL_NAME"}
     assert not sizing & env.keys()

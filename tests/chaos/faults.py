@@ -45,7 +45,7 @@ import httpx
 
 from tests.api.stack import FakeServing, launch_fake, transactions, wait_ready
 from tests.chaos.load import LoadResult, OpenLoopLoad
-from tests.support import REPO, Proc, free_port, http_ok, wait_until
+from tests.support import EXAMPLE_ROUTES, REPO, Proc, free_port, http_ok, wait_until
 
 BUDGET_S = 1.0
 FAULT_AT_S = 1.5  # into the load: the fault starts once the load is steady
@@ -132,6 +132,7 @@ class Gunicorn:
                 "WEB_CONCURRENCY": "2",
                 "API_BIND": f"127.0.0.1:{self.port}",
                 "SERVING_URLS": serving_urls,
+                "MODEL_ROUTES": EXAMPLE_ROUTES,
                 "REQUEST_TIMEOUT_S": str(BUDGET_S),
                 "API_HEADER_TIMEOUT_S": "2",
                 "ACCESS_LOG": "false",

@@ -64,3 +64,33 @@ def test_command_runs_on_this_checkout() -> None:
     table = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line.startswith(("api ", "serving "))}
     assert set(table) == {"api", "serving"}
     assert all(int(modules) > 20 for modules, *_ in table.values())
+
+
+def test_folders_are_listed_with_the_layer_the_contract_gives_them(tmp_path: Path) -> None:
+    _write(
+        tmp_path,
+        {
+            "pyproject.toml": (
+                "[[tool.importlinter.contracts]]\n"
+                'id = "probe-layers"\ntype = "layers"\ncontainers = ["layered"]\n'
+                'layers = ["app | web", "core"]\n'
+            ),
+            "layered/__init__.py": "",
+            "layered/app.py": "from layered.core import x\n",
+            "layered/web/__init__.py": "",
+            "layered/web/handlers.py": "from layered.core import x\n\n",
+            "layered/core/__init__.py": "x = 1\n",
+            "layered/core/deep/__init__.py": "",
+            "layered/core/deep/more.py": "",
+            "layered/gen/__init__.py": "",
+            "layered/gen/y_pb2.py": "",
+        },
+    )
+    lines = report(tmp_path, ["layered"]).splitlines()
+    rows = {line.split()[0]: line.split(None, 3)[1:] for line in lines if line.startswith("  layered/")}
+    assert rows == {
+        "layered/": ["2", "1", "holds the layers of probe-layers; app 1 of 2 (app | web)"],
+        "layered/core/": ["1", "1", "2 of 2 (core)"],
+        "layered/core/deep/": ["2", "0", "2 of 2 (core)"],
+        "layered/web/": ["2", "2", "1 of 2 (app | web)"],
+    }  # generated code only (gen/) is left out

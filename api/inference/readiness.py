@@ -1,0 +1,147 @@
+"""Whether each model route can be served: its model, version, signature and tensors on serving.
+
+A route is ready when serving reports a version of its model AVAILABLE and that version's
+SignatureDef (GetModelMetadata) has the signature the route calls, with every input and
+output it declares, of the declared dtype and per-example shape, and no input the route
+does not send. `/readyz` reports this per route (`api.routes.health`); at start-up,
+`require_models` refuses an app whose routes call a model serving does not have at all.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from api.model_routes import Signature, TensorSpec
+from api.serving_client import Deadline, ServingClient, ServingError, ServingNotFound, SignatureInfo, TensorInfo
+
+logger = logging.getLogger("api.inference.readiness")
+
+
+class ModelsNotServed(RuntimeError):
+    """Serving has no model an enabled route calls: the app refuses to start."""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelReadiness:
+    """One route's readiness.
+
+    Attributes:
+        route: the route's name.
+        model / signature: the servable and SignatureDef it calls.
+        version: the latest AVAILABLE version, when there is one.
+        problems: why it is not ready; () when it is.
+    """
+
+    route: str
+    model: str
+    signature: str
+    version: int | None
+    problems: tuple[str, ...]
+
+    @property
+    def ready(self) -> bool:
+        """True when nothing stands in the way."""
+        return not self.problems
+
+    def as_json(self) -> dict[str, Any]:
+        """`{"ready", "model", "signature", "version", "problems"}` for `/readyz`."""
+        return {
+            "ready": self.ready,
+            "model": self.model,
+            "signature": self.signature,
+            "version": self.version,
+            "problems": list(self.problems),
+        }
+
+
+async def model_readiness(
+    client: ServingClient, route: str, signature: Signature, deadline: Deadline
+) -> ModelReadiness:
+    """Check one route against serving (model status, then that version's metadata).
+
+    Never raises for a serving failure: it becomes the reason the route is not ready.
+    """
+
+    def not_ready(problem: str, version: int | None = None) -> ModelReadiness:
+        return ModelReadiness(route, signature.model_name, signature.signature_name, version, (problem,))
+
+    try:
+        status = await client.model_status(signature.model_name, deadline)
+    except ServingError as exc:
+        return not_ready(f"model status: {exc.message}")
+    version = status.latest_available()
+    if version is None:
+        states = ", ".join(f"{v.version}: {v.state}" for v in status.versions) or "none"
+        return not_ready(f"no version AVAILABLE ({states})")
+    try:
+        metadata = await client.model_metadata(signature.model_name, version, deadline)
+    except ServingError as exc:
+        return not_ready(f"model metadata: {exc.message}", version)
+    served = metadata.signatures.get(signature.signature_name)
+    if served is None:
+        known = ", ".join(sorted(metadata.signatures))
+        return not_ready(f"version {version} has no signature '{signature.signature_name}' (it has: {known})", version)
+    problems = signature_mismatches(signature, served)
+    return ModelReadiness(route, signature.model_name, signature.signature_name, version, tuple(problems))
+
+
+def signature_mismatches(declared: Signature, served: SignatureInfo) -> list[str]:
+    """What in the served SignatureDef does not fit the route's declaration; [] when all does."""
+    problems = _mismatches("input", declared.inputs, served.inputs)
+    problems += _mismatches("output", declared.outputs, served.outputs)
+    problems += [
+        f"input '{name}' of the signature is not sent by the route"
+        for name in sorted(served.inputs.keys() - declared.inputs.keys())
+    ]
+    return problems
+
+
+def _mismatches(kind: str, declared: Mapping[str, TensorSpec], served: Mapping[str, TensorInfo]) -> list[str]:
+    problems = []
+    for name, spec in declared.items():
+        info = served.get(name)
+        if info is None:
+            problems.append(f"no {kind} '{name}' (the signature's {kind}s: {', '.join(sorted(served)) or 'none'})")
+        elif info.dtype != spec.dtype:
+            problems.append(f"{kind} '{name}' is {info.dtype.name}, the route declares {spec.dtype.name}")
+        elif info.shape is not None and not _fits(info.shape, spec.shape):
+            shape = ", ".join(["batch", *map(str, spec.shape)])
+            problems.append(f"{kind} '{name}' has shape {list(info.shape)}, the route declares [{shape}]")
+    return problems
+
+
+def _fits(served: tuple[int, ...], example: tuple[int, ...]) -> bool:
+    """A served [batch, ...] shape (-1 = any size) takes [1, *example]."""
+    return len(served) == len(example) + 1 and all(s in (-1, e) for s, e in zip(served[1:], example, strict=True))
+
+
+async def require_models(client: ServingClient, signatures: Mapping[str, Signature], deadline: Deadline) -> None:
+    """Refuse to start when a route calls a model serving does not have at all.
+
+    Serving answering NOT_FOUND for a model's status means it is not in serving's model
+    config (or no version of it exists on disk yet). Serving unreachable or failing
+    otherwise says nothing about the config: logged, and `/readyz` will tell.
+
+    Args:
+        signatures: route name -> the signature it calls.
+
+    Raises:
+        ModelsNotServed: naming every route whose model serving lacks.
+    """
+    missing: list[str] = []
+    for route, signature in signatures.items():
+        try:
+            await client.model_status(signature.model_name, deadline)
+        except ServingNotFound as exc:
+            missing.append(f"route '{route}' calls model '{signature.model_name}': {exc.message}")
+        except ServingError as exc:
+            logger.warning("cannot check that serving has model %r: %s", signature.model_name, exc.message)
+            return
+    if missing:
+        raise ModelsNotServed(
+            "serving does not have the model of every enabled route; add it to serving's model config "
+            "(models.config) or leave the route out of MODEL_ROUTES: " + "; ".join(missing)
+        )
