@@ -60,6 +60,8 @@ from tests.support import (
     wait_until,
 )
 
+pytestmark = pytest.mark.http_hardening  # on uvicorn's internals: .ci/run runs these on its newest release too
+
 CLIENTS = 16
 LOAD_S = 4.0  # the load's upper bound in time; each client also stops once refused
 MAX_REQUESTS = 4000  # ... and in count, over all clients

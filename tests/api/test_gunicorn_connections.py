@@ -29,6 +29,8 @@ import requests
 from tests.api.test_gunicorn import children
 from tests.support import Proc, free_port, http_ok, wait_until
 
+pytestmark = pytest.mark.http_hardening  # on uvicorn's internals: .ci/run runs these on its newest release too
+
 WORKERS = 2
 CAP = 64
 FLOOD = 6 * CAP

@@ -37,6 +37,8 @@ from tests.http_hardening.wire import (
 )
 from tests.support import wait_until
 
+pytestmark = pytest.mark.http_hardening  # on uvicorn's internals: .ci/run runs these on its newest release too
+
 
 @dataclass
 class StandInApp:

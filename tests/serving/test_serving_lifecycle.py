@@ -142,6 +142,7 @@ def block_in_gate(server: ServingProcess) -> tuple[threading.Thread, list[httpx.
     return waiter, waited
 
 
+@pytest.mark.http_hardening  # the shutdown of its REST connections
 def test_sigterm_finishes_in_flight_requests_and_exits_zero(server: ServingProcess) -> None:
     # 1. Load on another model, bounded in count and time; each outcome is kept.
     stop_load = threading.Event()
@@ -220,6 +221,7 @@ def test_sigterm_finishes_in_flight_requests_and_exits_zero(server: ServingProce
 SHUTDOWN_BODY_S = 1.0  # --rest_api_shutdown_body_read_timeout_in_ms in the test below
 
 
+@pytest.mark.http_hardening  # the shutdown of its REST connections
 def test_sigterm_closes_a_trickling_body_and_finishes_the_request_in_flight(
     models: Path, tmp_path: Path
 ) -> None:

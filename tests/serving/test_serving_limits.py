@@ -32,6 +32,8 @@ from serving.util.request_limits import MAX_URI_BYTES, RequestLimits
 from tests.serving.example_server import FRAUD_ROW, ExampleServer, running_example_server
 from tests.support import wait_until
 
+pytestmark = pytest.mark.http_hardening  # on uvicorn's internals: .ci/run runs these on its newest release too
+
 MAX_BODY = 64 * 1024
 MAX_HEAD = 8 * 1024
 READ_TIMEOUT_S = 1.0
