@@ -18,12 +18,9 @@ numbers):
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any, Final
 
 import orjson
-from uvicorn.config import Config
-from uvicorn.server import ServerState
 
 from api.http_server.connections import registry_for
 from api.http_server.limits import ConnectionLimits
@@ -53,23 +50,16 @@ class ApiHttpProtocol(HardenedHttpProtocol):
     and refusals in the API's error shape (module doc).
 
     Args:
-        config, server_state, app_state, _loop: as uvicorn passes them.
+        uvicorn_args: what uvicorn passes (`config`, `server_state`, `app_state`, `_loop`: by
+            keyword, as uvicorn's `Server` does, or by position).
         limits: this worker's limits; give them with `functools.partial` (as
             `api.http_server.worker.ApiUvicornWorker` does).
     """
 
-    def __init__(
-        self,
-        config: Config,
-        server_state: ServerState,
-        app_state: dict[str, Any],
-        _loop: asyncio.AbstractEventLoop | None = None,
-        *,
-        limits: ConnectionLimits = _DEFAULT_LIMITS,
-    ) -> None:
-        super().__init__(config, server_state, app_state, _loop, limits=limits.http_limits())
+    def __init__(self, *uvicorn_args: Any, limits: ConnectionLimits = _DEFAULT_LIMITS, **uvicorn_kwargs: Any) -> None:
+        super().__init__(*uvicorn_args, limits=limits.http_limits(), **uvicorn_kwargs)
         self.limits = limits
-        self.registry = registry_for(server_state, limits.max_connections)
+        self.registry = registry_for(self.server_state, limits.max_connections)
 
     def admit_connection(self) -> bool:
         return self.registry.admit(self)

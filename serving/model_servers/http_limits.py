@@ -77,16 +77,9 @@ class HeadLimitedProtocol(HardenedHttpProtocol):
     """
 
     def __init__(
-        self,
-        config: Any,
-        server_state: Any,
-        app_state: dict[str, Any],
-        _loop: asyncio.AbstractEventLoop | None = None,
-        *,
-        limits: RequestLimits,
-        on_limit: LimitCallback,
+        self, *uvicorn_args: Any, limits: RequestLimits, on_limit: LimitCallback, **uvicorn_kwargs: Any
     ) -> None:
-        super().__init__(config, server_state, app_state, _loop, limits=http_limits(limits))
+        super().__init__(*uvicorn_args, limits=http_limits(limits), **uvicorn_kwargs)
         self._limits = limits
         self._on_limit = on_limit
 
