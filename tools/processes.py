@@ -3,6 +3,7 @@
 - `serving_command`: the `python -m serving` command line from keyword flags, by TF Serving's
   flag names; `api_command` (the API as one uvicorn process), `gunicorn_command` (as
   deployed) and `run_server_command` (`run-server.sh`, both tiers in one container);
+- `run_to_exit`: a command line run to its exit (a bad flag's one-line error);
 - `Process`: a child process in its own session with its output in a log file: start, wait
   until ready (`wait_ready`, failing at once with the end of its log if it exits), stop
   (SIGTERM, then SIGKILL to its whole process group after a bound);
@@ -47,6 +48,7 @@ __all__ = [
     "http_ok",
     "model_states",
     "run_server_command",
+    "run_to_exit",
     "running_serving",
     "serving_command",
     "start_serving",
@@ -160,6 +162,22 @@ def run_server_command() -> list[str]:
 
 
 # --- processes -----------------------------------------------------------------------------------
+
+
+def run_to_exit(
+    args: Sequence[str], *, timeout_s: float = 60.0, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run `args` in the repository root until it exits (at most `timeout_s`), its output
+    captured as text: a command line expected to fail fast (a bad flag) or to finish."""
+    return subprocess.run(
+        list(args),
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
 
 
 class Process:
