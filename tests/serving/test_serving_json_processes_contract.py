@@ -43,10 +43,10 @@ class Servers:
 
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
-    limits = (f"--rest_api_max_body_bytes={MAX_BODY_BYTES}", f"--max_request_elements={MAX_ELEMENTS}")
+    limits = {"rest_api_max_body_bytes": MAX_BODY_BYTES, "max_request_elements": MAX_ELEMENTS}
     with (
-        running_example_server(tmp_path_factory.mktemp("workers"), *limits, "--rest_api_num_json_processes=1") as one,
-        running_example_server(tmp_path_factory.mktemp("threads"), *limits, "--rest_api_num_json_processes=0") as zero,
+        running_example_server(tmp_path_factory.mktemp("workers"), **limits, rest_api_num_json_processes=1) as one,
+        running_example_server(tmp_path_factory.mktemp("threads"), **limits, rest_api_num_json_processes=0) as zero,
     ):
         assert len(json_workers(one)) == 1 and json_workers(zero) == set()
         yield Servers(in_workers=one, in_threads=zero)

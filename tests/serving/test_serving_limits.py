@@ -79,10 +79,10 @@ class WellBehavedClient:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ExampleServer]:
     with running_example_server(
         tmp_path_factory.mktemp("limits"),
-        f"--rest_api_max_body_bytes={MAX_BODY}",
-        f"--rest_api_max_header_bytes={MAX_HEAD}",
-        f"--rest_api_body_read_timeout_in_ms={int(READ_TIMEOUT_S * 1000)}",
-        f"--max_request_elements={MAX_ELEMENTS}",
+        rest_api_max_body_bytes=MAX_BODY,
+        rest_api_max_header_bytes=MAX_HEAD,
+        rest_api_body_read_timeout_in_ms=int(READ_TIMEOUT_S * 1000),
+        max_request_elements=MAX_ELEMENTS,
     ) as running:
         yield running
 
