@@ -15,7 +15,7 @@ limits of :class:`~serving.util.request_limits.RequestLimits`, answering TF Serv
   value by ``bytes +=`` once per read, so a 150 MB header costs quadratic time. Measured here
   before this limit: a 150 MB header kept the REST port's event loop busy for 24 s (small requests
   on other connections waited up to 4.1 s); with it, the same header is answered 431 after its
-  first reads (see ``tests/serving/test_serving_limits.py``). An answer sent before the body was
+  first reads (see ``tests/serving/test_limits.py``). An answer sent before the body was
   read (these, and the middleware's 413 and 503) is followed by a lingering close, so the client
   reads it rather than a reset. A connection without a request in progress closes after uvicorn's
   keep-alive timeout (5 s), also one that never sends. Once the server shuts down, a request still

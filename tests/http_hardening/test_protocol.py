@@ -3,7 +3,7 @@
 What each tier's own tests do not reach: limits left off (no field limits, no shutdown body
 timeout, no drain), the shutdown's body timeout on its own, and that every refusal reaches the
 tier's `error_answer` once. The API's limits are in `tests/api/test_http_server.py`, the model
-server's in `tests/serving/test_serving_limits.py`.
+server's in `tests/serving/test_limits.py`.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ Every body here is at least :data:`~serving.model_servers.http_rest_api_handler.
 :data:`~serving.model_servers.http_rest_api_handler.CODEC_OFFLOAD_OUTPUT_ELEMENTS` elements (encoded
 there too). Each case also states the status and a piece of the message it must get, so that two
 servers agreeing on a wrong answer fail too. Small bodies on the event loop against the same
-codec on another executor are compared in ``tests/serving/test_serving_rest.py``.
+codec on another executor are compared in ``tests/serving/test_rest.py``.
 
 Two real servers on 127.0.0.1 for the module; about 20 requests each, none over 1 MiB.
 """

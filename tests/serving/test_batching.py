@@ -4,7 +4,7 @@ The servable is a stand-in for :class:`serving.servables.tensorflow.servable.Ser
 ``run_tensors`` seam (the Session interface), so batch formation, queue limits, deadlines and
 failures can be driven deterministically: a gate holds the batch thread busy while the next
 requests queue up. End-to-end batching through ``python -m serving`` is in
-``test_serving_batching_server.py``.
+``test_batching_server.py``.
 """
 
 from __future__ import annotations

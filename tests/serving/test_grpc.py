@@ -1,6 +1,6 @@
 """The gRPC front end's server settings: flags, message limits, UNIX socket, start-up errors.
 
-TF Serving's answers over gRPC are in test_serving_conformance.py. This module starts a gRPC-only
+TF Serving's answers over gRPC are in test_conformance.py. This module starts a gRPC-only
 server (``--rest_api_port=0``) with non-default flags and checks what they change; the pure parts
 (flag parsing, server arguments, the deadline -> Session timeout rule) are tested directly.
 """
