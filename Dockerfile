@@ -15,6 +15,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY api ./api
+# Shared with the serving image (neither tier imports the other).
+COPY http_hardening ./http_hardening
 COPY canonical_codes.py cpu_quota.py ./
 RUN pip install '.[api]'
 COPY gunicorn.conf.py ./

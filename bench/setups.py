@@ -38,18 +38,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.processes import (
-    REPO,
-    Probe,
-    Process,
-    SetupError,
-    free_port,
-    log_count,
-    taskset,
-    wait_until,
-)
+from bench.processes import REPO, Probe, SetupError, log_count, taskset
 from bench.procfs import all_stats, cmdline, process_tree
 from bench.workload import FRAUD, Workload
+from tools.processes import Process, free_port, gunicorn_command, run_server_command, wait_until
 
 SCORE_PATH = "/v1/fraud/score"
 NAIVE_WORKERS = 3
@@ -63,7 +55,6 @@ PROBE_TIMEOUT_S = 30.0  # from "ready" to a 2xx score
 # the ceiling, which is the API, runs with that).
 INPROCESS_GUNICORN_CONF = REPO / "bench" / "apps" / "gunicorn_conf.py"
 API_GUNICORN_CONF = REPO / "gunicorn.conf.py"
-RUN_SERVER = REPO / "run-server.sh"
 # The API settings (api.config.settings) that enable routes and name the model behind the fraud route.
 MODEL_ROUTES_ENV = "MODEL_ROUTES"
 FRAUD_ROUTE = "examples.fraud.route:route"
@@ -338,20 +329,11 @@ def _start_inprocess(
 ) -> RunningSetup:
     port = free_port()
     url = f"http://127.0.0.1:{port}{SCORE_PATH}"
+    options = [f"--workers={workers}", f"--bind=127.0.0.1:{port}", *(["--preload"] if setup.preload else [])]
     proc = Process(
-        "gunicorn",
-        [
-            *taskset(cpus),
-            sys.executable,
-            "-m",
-            "gunicorn",
-            f"--config={setup.gunicorn_conf}",
-            f"--workers={workers}",
-            f"--bind=127.0.0.1:{port}",
-            *(["--preload"] if setup.preload else []),
-            setup.app,
-        ],
+        [*taskset(cpus), *gunicorn_command(*options, config=str(setup.gunicorn_conf), app=setup.app)],
         run_dir / f"{workload.name}-{setup.name}-w{workers}.log",
+        name="gunicorn",
         env={
             **_BASE_ENV,
             **setup.env,
@@ -427,7 +409,7 @@ def _start_split(
     if workers is not None:  # memory at a given API worker count
         env["WEB_CONCURRENCY"] = str(workers)
     url = f"http://127.0.0.1:{api_port}{SCORE_PATH}"
-    proc = Process("run-server", [*taskset(cpus), str(RUN_SERVER)], run_dir / f"{tag}.log", env=env)
+    proc = Process([*taskset(cpus), *run_server_command()], run_dir / f"{tag}.log", name="run-server", env=env)
     try:
         wait_until(
             lambda: log_count(proc, RUN_SERVER_READY) >= 1,

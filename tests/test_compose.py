@@ -148,3 +148,15 @@ def test_serving_image_installs_only_the_serving_extra_with_tf_servings_entrypoi
     # tensorflow/serving's own entrypoint: fixed ports, MODEL_NAME / MODEL_BASE_PATH, "$@".
     assert "--port=8500 --rest_api_port=8501" in entrypoint and '"$@"' in entrypoint
     assert "exec python -m serving" in entrypoint
+
+
+def test_both_images_copy_the_code_the_tiers_share() -> None:
+    # The tiers never import each other; what they share sits beside them and goes into both images.
+    for dockerfile, tier in (("Dockerfile", "api"), ("Dockerfile.serving", "serving")):
+        copied = " ".join(
+            line.split(maxsplit=1)[1]
+            for line in (REPO / dockerfile).read_text().splitlines()
+            if line.startswith("COPY ")
+        )
+        for shared in (f"{tier} ./{tier}", "http_hardening ./http_hardening", "cpu_quota.py"):
+            assert shared in copied, f"{dockerfile} does not copy {shared.split()[0]}"

@@ -23,13 +23,12 @@ from examples.digits.images import preprocess_digit
 from models.digits_data import encode, load_split, render
 from tests.support import (
     REPO,
-    Proc,
+    Process,
+    Serving,
     free_port,
     http_ok,
-    local_models_config,
     start_api,
-    start_serving,
-    wait_until,
+    start_example_serving,
 )
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -40,35 +39,23 @@ N_DIGITS = 50
 
 @dataclass
 class Stack:
-    serving: Proc
-    api: Proc
+    serving: Serving
+    api: Process
     serving_url: str
     api_url: str
-
-
-def model_available(serving_url: str, name: str) -> bool:
-    try:
-        return '"AVAILABLE"' in httpx.get(f"{serving_url}/v1/models/{name}", timeout=1.0).text
-    except httpx.HTTPError:
-        return False
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     tmp = tmp_path_factory.mktemp("digits-e2e")
-    rest_port, grpc_port, api_port = free_port(), free_port(), free_port()
-    serving_url, api_url = f"http://127.0.0.1:{rest_port}", f"http://127.0.0.1:{api_port}"
-    serving = start_serving(local_models_config(tmp), rest_port, grpc_port, tmp / "serving.log")
-    api = start_api(api_port, serving_url, tmp / "api.log")
-    s = Stack(serving, api, serving_url, api_url)
+    api_port = free_port()
+    api_url = f"http://127.0.0.1:{api_port}"
+    serving = start_example_serving(tmp)
+    api = start_api(api_port, serving.rest_url, tmp / "api.log")
+    s = Stack(serving, api, serving.rest_url, api_url)
     try:
-
-        def both_available() -> bool:
-            assert serving.alive(), serving.log()
-            return all(model_available(serving_url, m) for m in ("fraud", "digits"))
-
-        wait_until(both_available, 120, "fraud and digits to be AVAILABLE")
-        wait_until(lambda: http_ok(api_url + "/readyz"), 60, "API /readyz")
+        serving.wait_available("fraud", "digits")
+        api.wait_ready(lambda: http_ok(api_url + "/readyz"), 60, "/readyz")
         yield s
     finally:
         api_log = api.log()

@@ -23,13 +23,12 @@ from examples.fraud.schemas import Transaction
 from models.transactions import generate_transactions
 from tests.support import (
     REPO,
-    Proc,
+    Process,
+    Serving,
     free_port,
     http_ok,
-    local_models_config,
     start_api,
-    start_serving,
-    wait_model_available,
+    start_example_serving,
     wait_until,
 )
 
@@ -55,18 +54,15 @@ EXAMPLE = {
 @dataclass
 class Stack:
     tmp: Path
-    config: Path
-    rest_port: int
-    grpc_port: int
-    serving: Proc
-    api: Proc
+    serving: Serving
+    api: Process
     api_url: str
 
     def start_serving(self) -> None:
-        self.serving = start_serving(
-            self.config, self.rest_port, self.grpc_port, self.tmp / "serving-restart.log"
-        )
-        wait_model_available(self.serving, self.rest_port)
+        """Serving again, on the ports it had (the API keeps calling them)."""
+        ports = {"port": self.serving.grpc_port, "rest_api_port": self.serving.rest_port}
+        self.serving = start_example_serving(self.tmp, "serving-restart.log", **ports)
+        self.serving.wait_available("fraud")
 
 
 
@@ -74,14 +70,13 @@ class Stack:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     tmp = tmp_path_factory.mktemp("e2e")
-    config = local_models_config(tmp)
-    rest_port, grpc_port, api_port = free_port(), free_port(), free_port()
-    serving = start_serving(config, rest_port, grpc_port, tmp / "serving.log")
-    api = start_api(api_port, f"http://127.0.0.1:{rest_port}", tmp / "api.log")
-    s = Stack(tmp, config, rest_port, grpc_port, serving, api, f"http://127.0.0.1:{api_port}")
+    api_port = free_port()
+    serving = start_example_serving(tmp)
+    api = start_api(api_port, serving.rest_url, tmp / "api.log")
+    s = Stack(tmp, serving, api, f"http://127.0.0.1:{api_port}")
     try:
-        wait_model_available(serving, rest_port)
-        wait_until(lambda: http_ok(s.api_url + "/readyz"), 60, "API /readyz")
+        serving.wait_available("fraud")
+        api.wait_ready(lambda: http_ok(s.api_url + "/readyz"), 60, "/readyz")
         yield s
     finally:
         api_status = s.api.stop()

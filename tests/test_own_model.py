@@ -19,7 +19,7 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.support import REPO, Proc, free_port, wait_until
+from tests.support import REPO, free_port, start_run_server, wait_run_server
 
 OWN = REPO / "examples" / "own_model"
 
@@ -75,10 +75,9 @@ def api(request: pytest.FixtureRequest, exported: Path, tmp_path: Path) -> Itera
         "WEB_CONCURRENCY": "1",
         "SERVING_ARGS": "--rest_api_host=127.0.0.1",
     }
-    proc = Proc(["bash", str(REPO / "run-server.sh")], tmp_path / "run-server.log", env=env)
+    proc = start_run_server(tmp_path / "run-server.log", **env)
     try:
-        wait_until(lambda: "API ready" in proc.log() or not proc.alive(), 180, "run-server ready")
-        assert proc.alive(), proc.log()
+        wait_run_server(proc)
         yield f"http://127.0.0.1:{port}"
     finally:
         assert proc.stop(timeout_s=60) == 0, proc.log()

@@ -14,7 +14,16 @@ import httpx
 import pytest
 
 from tests.api.stack import run_load, transactions
-from tests.support import REPO, Proc, free_port, http_ok, wait_until
+from tests.support import (
+    REPO,
+    Process,
+    free_port,
+    http_ok,
+    run_server_env,
+    start_run_server,
+    wait_run_server,
+    wait_until,
+)
 
 
 def children_of(pid: int) -> set[int]:
@@ -37,23 +46,12 @@ def children_of(pid: int) -> set[int]:
 @pytest.mark.parametrize("protocol", ["rest", "grpc"])
 def test_run_server_serves_and_stops_cleanly(tmp_path: Path, protocol: str) -> None:
     # Free (never the default) ports: the API must follow GRPC_PORT / REST_API_PORT.
-    api_port, rest_port, grpc_port = free_port(), free_port(), free_port()
-    env = {
-        "SERVING_PROTOCOL": protocol,
-        "MODELS_DIR": str(REPO / "models"),
-        "PYTHON": sys.executable,
-        "API_PORT": str(api_port),
-        "API_HOST": "127.0.0.1",
-        "REST_API_PORT": str(rest_port),
-        "GRPC_PORT": str(grpc_port),
-        "WEB_CONCURRENCY": "1",
-        "SERVING_ARGS": "--rest_api_host=127.0.0.1",
-    }
-    proc = Proc(["bash", str(REPO / "run-server.sh")], tmp_path / "run-server.log", env=env)
+    env = one_worker_env(SERVING_PROTOCOL=protocol)
+    api_port, rest_port, grpc_port = (int(env[k]) for k in ("API_PORT", "REST_API_PORT", "GRPC_PORT"))
+    proc = start_run_server(tmp_path / "run-server.log", **env)
     api = f"http://127.0.0.1:{api_port}"
     try:
-        wait_until(lambda: "API ready" in proc.log() or not proc.alive(), 180, "run-server ready")
-        assert proc.alive(), proc.log()
+        wait_run_server(proc)
         assert http_ok(api + "/readyz")
         serving_at = f"gRPC 127.0.0.1:{grpc_port}" if protocol == "grpc" else f":{rest_port}"
         assert serving_at in proc.log()
@@ -77,24 +75,14 @@ WATCH_S = 6.0  # how long a waiting run-server is watched
 FRAUD_ONLY = 'model_config_list { config { name: "fraud" base_path: "/models/fraud" model_platform: "tensorflow" } }'
 
 
-def run_server(tmp_path: Path, **overrides: str) -> Proc:
-    """run-server.sh with `run_server_env(**overrides)`, its output in tmp_path/run-server.log."""
-    return Proc(["bash", str(REPO / "run-server.sh")], tmp_path / "run-server.log", env=run_server_env(**overrides))
+def run_server(tmp_path: Path, **overrides: str) -> Process:
+    """run-server.sh with `one_worker_env(**overrides)`, its output in tmp_path/run-server.log."""
+    return start_run_server(tmp_path / "run-server.log", **one_worker_env(**overrides))
 
 
-def run_server_env(**overrides: str) -> dict[str, str]:
+def one_worker_env(**overrides: str) -> dict[str, str]:
     """run-server.sh on free loopback ports with this checkout's models and one API worker."""
-    return {
-        "MODELS_DIR": str(REPO / "models"),
-        "PYTHON": sys.executable,
-        "API_PORT": str(free_port()),
-        "API_HOST": "127.0.0.1",
-        "REST_API_PORT": str(free_port()),
-        "GRPC_PORT": str(free_port()),
-        "WEB_CONCURRENCY": "1",
-        "SERVING_ARGS": "--rest_api_host=127.0.0.1",
-        **overrides,
-    }
+    return run_server_env(**{"WEB_CONCURRENCY": "1", **overrides})
 
 
 def test_a_one_line_config_of_one_model_serves_that_route(tmp_path: Path) -> None:
@@ -102,12 +90,11 @@ def test_a_one_line_config_of_one_model_serves_that_route(tmp_path: Path) -> Non
     # model names; only the route whose model it has is enabled.
     config = tmp_path / "fraud-only.config"
     config.write_text(FRAUD_ONLY)
-    env = run_server_env(MODEL_CONFIG_FILE=str(config), MODEL_ROUTES="examples.fraud.route:route")
-    proc = Proc(["bash", str(REPO / "run-server.sh")], tmp_path / "run-server.log", env=env)
+    env = one_worker_env(MODEL_CONFIG_FILE=str(config), MODEL_ROUTES="examples.fraud.route:route")
+    proc = start_run_server(tmp_path / "run-server.log", **env)
     api = f"http://127.0.0.1:{env['API_PORT']}"
     try:
-        wait_until(lambda: "API ready" in proc.log() or not proc.alive(), 180, "run-server ready")
-        assert proc.alive(), proc.log()
+        wait_run_server(proc)
         assert "model 'fraud' AVAILABLE" in proc.log() and "digits" not in proc.log()
         ready = httpx.get(api + "/readyz", timeout=10).json()
         assert ready["status"] == "ready" and list(ready["models"]) == ["fraud"]
@@ -135,17 +122,16 @@ def test_what_run_server_starts_coalesces_concurrent_scores(tmp_path: Path, monk
     config.write_text(FRAUD_ONLY)
     monitoring = tmp_path / "monitoring.config"
     monitoring.write_text('prometheus_config { enable: true path: "/monitoring/prometheus/metrics" }\n')
-    env = run_server_env(
+    env = one_worker_env(
         MODEL_CONFIG_FILE=str(config),
         MODEL_ROUTES="examples.fraud.route:route",
         SERVING_ARGS=f"--rest_api_host=127.0.0.1 --monitoring_config_file={monitoring}",
     )
-    proc = Proc(["bash", str(REPO / "run-server.sh")], tmp_path / "run-server.log", env=env)
+    proc = start_run_server(tmp_path / "run-server.log", **env)
     metrics = f"http://127.0.0.1:{env['REST_API_PORT']}/monitoring/prometheus/metrics"
     bodies = transactions(64, seed=21)
     try:
-        wait_until(lambda: "API ready" in proc.log() or not proc.alive(), 180, "run-server ready")
-        assert proc.alive(), proc.log()
+        wait_run_server(proc)
         before = serving_predicts(metrics, "fraud")
         run = run_load(f"http://127.0.0.1:{env['API_PORT']}/v1/fraud/score", bodies, concurrency=32, max_seconds=60)
         predicts = serving_predicts(metrics, "fraud") - before
@@ -207,7 +193,7 @@ def test_run_server_refuses_a_config_that_does_not_parse(tmp_path: Path) -> None
 
 def test_run_server_fails_fast_on_a_missing_config(tmp_path: Path) -> None:
     env = {"MODEL_CONFIG_FILE": str(tmp_path / "nope.config"), "PYTHON": sys.executable}
-    proc = Proc(["bash", str(REPO / "run-server.sh")], tmp_path / "log", env=env)
+    proc = start_run_server(tmp_path / "log", **env)
     assert proc.popen.wait(30) != 0
     assert "not found" in proc.log()
 
@@ -226,7 +212,7 @@ def test_run_server_refuses_a_port_in_use(tmp_path: Path) -> None:
             "REST_API_PORT": str(free_port()),
             "GRPC_PORT": str(free_port()),
         }
-        proc = Proc(["bash", str(REPO / "run-server.sh")], tmp_path / "log", env=env)
+        proc = start_run_server(tmp_path / "log", **env)
         assert proc.popen.wait(30) == 1
     assert f"port {port} is already in use" in proc.log()
 
@@ -260,7 +246,7 @@ def serving_pid_of(run_server_pid: int) -> int:
 
 
 def test_serving_is_restarted_while_the_api_answers_503_and_gives_up_after_repeated_exits(tmp_path: Path) -> None:
-    env = run_server_env(
+    env = one_worker_env(
         SERVING_MAX_RESTARTS="1",
         REQUEST_TIMEOUT_S="1",
         # The API's, not yet made (gunicorn.conf.py makes it): the model server must not use it.
@@ -268,7 +254,7 @@ def test_serving_is_restarted_while_the_api_answers_503_and_gives_up_after_repea
         SERVING_ARGS="",  # serving's bind address is run-server.sh's choice here
     )
     api_port, rest_port, grpc_port = (int(env[k]) for k in ("API_PORT", "REST_API_PORT", "GRPC_PORT"))
-    proc = Proc(["bash", str(REPO / "run-server.sh")], tmp_path / "run-server.log", env=env)
+    proc = start_run_server(tmp_path / "run-server.log", **env)
     api = f"http://127.0.0.1:{api_port}"
     body = (REPO / "examples" / "transaction.json").read_bytes()
 
@@ -276,8 +262,7 @@ def test_serving_is_restarted_while_the_api_answers_503_and_gives_up_after_repea
         return httpx.post(api + "/v1/fraud/score", content=body, headers={"content-type": "application/json"})
 
     try:
-        wait_until(lambda: "API ready" in proc.log() or not proc.alive(), 180, "run-server ready")
-        assert proc.alive(), proc.log()
+        wait_run_server(proc)
         # Only the API is reachable from outside: serving listens on loopback.
         assert listening_addresses(rest_port) == {"127.0.0.1"}
         assert listening_addresses(grpc_port) == {"127.0.0.1"}
@@ -315,21 +300,11 @@ def _zombie(pid: int) -> bool:
 def test_run_server_sizes_both_tiers_from_its_cpus(tmp_path: Path) -> None:
     """On one CPU (taskset), nothing set but batching: one API worker, one session thread,
     one TensorFlow thread each, one batch thread."""
-    api_port = free_port()
-    env = {
-        "MODELS_DIR": str(REPO / "models"),
-        "PYTHON": sys.executable,
-        "API_PORT": str(api_port),
-        "API_HOST": "127.0.0.1",
-        "REST_API_PORT": str(free_port()),
-        "GRPC_PORT": str(free_port()),
-        "SERVING_ARGS": "--rest_api_host=127.0.0.1 --enable_batching",
-    }
-    proc = Proc(["taskset", "-c", "0", "bash", str(REPO / "run-server.sh")],
-                tmp_path / "run-server.log", env=env)
+    # No WEB_CONCURRENCY: run-server.sh sizes the API itself.
+    env = run_server_env(SERVING_ARGS="--rest_api_host=127.0.0.1 --enable_batching")
+    proc = start_run_server(tmp_path / "run-server.log", prefix=["taskset", "-c", "0"], **env)
     try:
-        wait_until(lambda: "API ready" in proc.log() or not proc.alive(), 180, "run-server ready")
-        assert proc.alive(), proc.log()
+        wait_run_server(proc)
         log = (tmp_path / "run-server.log").read_text(errors="replace")
         assert ("CPU budget: API 1 worker(s); serving --tensorflow_intra_op_parallelism=1 "
                 "--tensorflow_inter_op_parallelism=1 --rest_api_num_threads=1") in log

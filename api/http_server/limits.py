@@ -1,7 +1,8 @@
 """What one API worker allows a client connection, and the process's file-descriptor limit.
 
-Stdlib only: `gunicorn.conf.py` calls `raise_open_files_limit` in the master before anything
-else, and the worker builds `ConnectionLimits` from gunicorn's settings after fork.
+Stdlib only (with `http_hardening.limits`, stdlib only too): `gunicorn.conf.py` calls
+`raise_open_files_limit` in the master before anything else, and the worker builds
+`ConnectionLimits` from gunicorn's settings after fork.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import resource
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final
+
+from http_hardening.limits import LINGER_MAX_BYTES, LINGER_S, HttpLimits
 
 logger = logging.getLogger("api.http_server")
 
@@ -51,8 +54,9 @@ class ConnectionLimits:
             1000), held `FD_RESERVE` below the open-files limit.
         linger_s: after an answer sent before the request's body was read (413, 431, 408),
             how long the rest is read and discarded, seconds, so the client reads the
-            answer instead of a connection reset.
-        linger_max_bytes: ... and how many bytes at most.
+            answer instead of a connection reset (`http_hardening.limits.LINGER_S`, the
+            model server's too).
+        linger_max_bytes: ... and how many bytes at most (`LINGER_MAX_BYTES`).
         shutdown_drain_s: at graceful shutdown, how long a connection without a request in
             progress stays open, seconds: a request the client sent just before it learnt of
             the shutdown is answered (with `Connection: close`) instead of being reset; then
@@ -66,9 +70,25 @@ class ConnectionLimits:
     max_header_bytes: int = 32768
     header_timeout_s: float = 10.0
     max_connections: int = 1000
-    linger_s: float = 5.0
-    linger_max_bytes: int = 64 * 1024 * 1024
+    linger_s: float = LINGER_S
+    linger_max_bytes: int = LINGER_MAX_BYTES
     shutdown_drain_s: float = 1.0
+
+    def http_limits(self) -> HttpLimits:
+        """What the shared protocol (`http_hardening.protocol`) enforces of these: all but the
+        connection cap, which `api.http_server.connections` holds. No shutdown body timeout:
+        a request's deadline bounds its body (`api.request.admission.rules`), and gunicorn's
+        `graceful_timeout` the whole shutdown."""
+        return HttpLimits(
+            max_header_bytes=self.max_header_bytes,
+            max_target_bytes=self.max_request_line,
+            max_header_fields=self.max_header_fields,
+            max_header_field_size=self.max_header_field_size,
+            header_timeout_s=self.header_timeout_s,
+            linger_s=self.linger_s,
+            linger_max_bytes=self.linger_max_bytes,
+            shutdown_drain_s=self.shutdown_drain_s,
+        )
 
     @classmethod
     def from_gunicorn(cls, cfg: Any, env: Mapping[str, str]) -> ConnectionLimits:

@@ -11,13 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from bench.load import LoadSettings, run_closed_loop
-from bench.processes import Process, free_port, taskset, wait_until
+from bench.processes import taskset
 from bench.procfs import CpuMeter, process_tree
 from bench.serving_tier.counters import check_server_counts, counters, mean_batch
 from bench.serving_tier.grpc_load import Generator, GrpcLoad, check_predict, drive_grpc
 from bench.serving_tier.result import Run
 from bench.serving_tier.server import Config
 from bench.serving_tier.workload import CALL_TIMEOUT_S, MODEL_NAME, grpc_requests
+from tools.processes import Process, free_port, wait_until
 
 #: A generator using less of its CPU than this (cores) was not what limited a run.
 GENERATOR_SATURATED_CORES = 0.9
@@ -125,7 +126,6 @@ def grpc_ceiling(rows: int, args: argparse.Namespace, workdir: Path) -> Run:
     """The gRPC generator against a no-op server on the server CPU: the most it can measure."""
     port = free_port()
     server = Process(
-        "null-grpc",
         [
             *taskset(args.server_cpus_one),
             sys.executable,
@@ -135,6 +135,7 @@ def grpc_ceiling(rows: int, args: argparse.Namespace, workdir: Path) -> Run:
             f"--port={port}",
         ],
         workdir / f"null-grpc-{rows}.log",
+        name="null-grpc",
     )
     run = _grpc_run("gRPC ceiling", 1, "off", rows, args)
     target = f"127.0.0.1:{port}"

@@ -7,15 +7,13 @@ through ``run-server.sh`` instead, as the product does).
 from __future__ import annotations
 
 import contextlib
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
-
-from bench.processes import Process, free_port, taskset, wait_until
+from bench.processes import taskset
 from bench.serving_tier.workload import MODEL_DIR, MODEL_NAME
+from tools.processes import FlagValue, Process, start_serving
 
 READY_TIMEOUT_S = 120.0
 #: ``--batching_parameters_file`` of the ``tuned`` runs (BatchingParameters text proto).
@@ -41,16 +39,6 @@ class Config:
         return ", ".join([label, *self.flags])
 
 
-def _ready(url: str) -> bool:
-    try:
-        response = httpx.get(url, timeout=2.0)
-    except httpx.HTTPError:
-        return False
-    return response.status_code == 200 and any(
-        v["state"] == "AVAILABLE" for v in response.json()["model_version_status"]
-    )
-
-
 @contextlib.contextmanager
 def serving(config: Config, workdir: Path) -> Iterator[tuple[Process, str, str]]:
     """``python -m serving`` on ``config.cpus`` with the fraud model; yields (process, REST base
@@ -63,40 +51,22 @@ def serving(config: Config, workdir: Path) -> Iterator[tuple[Process, str, str]]
     )
     monitoring = workdir / "monitoring.config"
     monitoring.write_text("prometheus_config { enable: true }\n")
-    rest_port, grpc_port = free_port(), free_port()
-    args = [
-        *taskset(config.cpus),
-        sys.executable,
-        "-m",
-        "serving",
-        f"--port={grpc_port}",
-        "--grpc_host=127.0.0.1",
-        f"--rest_api_port={rest_port}",
-        "--rest_api_host=127.0.0.1",
-        f"--model_config_file={models_config}",
-        f"--monitoring_config_file={monitoring}",
-        "--file_system_poll_wait_seconds=0",
-    ]
+    flags: dict[str, FlagValue] = {
+        "model_config_file": models_config,
+        "monitoring_config_file": monitoring,
+        "file_system_poll_wait_seconds": 0,
+    }
     if config.batching != "off":
-        args.append("--enable_batching")
+        flags["enable_batching"] = True
     if config.batching == "tuned":
         parameters = workdir / "batching.config"
         parameters.write_text(TUNED_BATCHING)
-        args.append(f"--batching_parameters_file={parameters}")
-    args += config.flags
+        flags["batching_parameters_file"] = parameters
     name = f"serving-{len(config.cpus)}cpu-batching-{config.batching}"
     name += "".join("-" + flag.lstrip("-").replace("=", "-") for flag in config.flags)
-    proc = Process(name, args, workdir / f"{name}.log")
-    rest = f"http://127.0.0.1:{rest_port}"
+    server = start_serving(workdir / f"{name}.log", prefix=taskset(config.cpus), extra=config.flags, **flags)
     try:
-        wait_until(
-            lambda: _ready(f"{rest}/v1/models/{MODEL_NAME}"),
-            timeout_s=READY_TIMEOUT_S,
-            what=f"{name}: model {MODEL_NAME} AVAILABLE",
-            watch=[proc],
-        )
-        yield proc, rest, f"127.0.0.1:{grpc_port}"
+        server.wait_available(MODEL_NAME, timeout_s=READY_TIMEOUT_S)
+        yield server.process, server.rest_url, server.grpc_target
     finally:
-        proc.stop()
-
-
+        server.process.stop()

@@ -5,21 +5,22 @@ reads any head and any body, as slowly as a client sends them. Ours refuses what
 limits of :class:`~serving.util.request_limits.RequestLimits`, answering TF Serving's error body
 ``{"error": "<message>"}`` with the HTTP status of the limit and closing the connection:
 
-* :class:`HeadLimitedProtocol` -- the connection: uvicorn's httptools protocol, counting the bytes
-  of each request head (request line and headers) as they arrive and refusing a head over
-  ``--rest_api_max_header_bytes`` (431) or not complete within
-  ``--rest_api_body_read_timeout_in_ms`` (408); a complete head is measured again before uvicorn
-  reads it (a head that arrived in one read), and a URL over :data:`~serving.util.request_limits.
-  MAX_URI_BYTES`, which httptools cannot parse, is 414. The check is made before the parser is fed more
-  than one read past the limit, because the parser's cost is what a large head attacks: httptools
-  joins the pieces of a header value by ``bytes +=`` once per read, so a 150 MB header costs
-  quadratic time. Measured here before this limit: a 150 MB header kept the REST port's event loop
-  busy for 24 s (small requests on other connections waited up to 4.1 s); with it, the same
-  header is answered 431 after its first reads (see ``tests/serving/test_serving_limits.py``).
-  A head that arrives after a pipelined request in the same read is counted from the next read,
-  so a head is parsed at most ``limit`` + two reads (uvloop reads up to 256 KiB).
-  Once the server shuts down, a request still receiving its body is answered 503 and closed
-  after ``--rest_api_shutdown_body_read_timeout_in_ms`` (:meth:`HeadLimitedProtocol.shutdown`).
+* :class:`HeadLimitedProtocol` -- the connection: the hardening both tiers share
+  (:mod:`http_hardening.protocol`, uvicorn's httptools protocol) held to the flags: a request
+  head over ``--rest_api_max_header_bytes`` is 431, one not complete within
+  ``--rest_api_body_read_timeout_in_ms`` of its first byte 408, a URL over
+  :data:`~serving.util.request_limits.MAX_URI_BYTES`, which httptools cannot parse, 414. The bytes
+  of a head are counted before the parser is fed them, and it is fed no more than the limit,
+  because the parser's cost is what a large head attacks: httptools joins the pieces of a header
+  value by ``bytes +=`` once per read, so a 150 MB header costs quadratic time. Measured here
+  before this limit: a 150 MB header kept the REST port's event loop busy for 24 s (small requests
+  on other connections waited up to 4.1 s); with it, the same header is answered 431 after its
+  first reads (see ``tests/serving/test_limits.py``). An answer sent before the body was
+  read (these, and the middleware's 413 and 503) is followed by a lingering close, so the client
+  reads it rather than a reset. A connection without a request in progress closes after uvicorn's
+  keep-alive timeout (5 s), also one that never sends. Once the server shuts down, a request still
+  receiving its body is answered 503 and closed after
+  ``--rest_api_shutdown_body_read_timeout_in_ms``; idle connections close at once (:func:`http_limits`).
 * :class:`RequestLimitsMiddleware` -- the request: ASGI middleware answering 413 at once
   when ``Content-Length`` is over ``--rest_api_max_body_bytes``, and making ``receive()`` raise
   :class:`~serving.util.errors.LimitExceeded` (413, 408) when a body without a length grows past
@@ -37,13 +38,13 @@ Each refusal is reported to ``on_limit`` (the server counts it in
 from __future__ import annotations
 
 import asyncio
-import http
 from collections.abc import Callable
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from http_hardening.limits import ErrorAnswer, HttpLimits, Refusal
+from http_hardening.protocol import HardenedHttpProtocol
 from serving.model_servers.http_rest_api_handler import error_json
 from serving.util.errors import LimitExceeded
 from serving.util.malloc_trim import MallocTrimmer
@@ -60,186 +61,64 @@ from serving.util.request_limits import (
     uri_too_long,
 )
 
-__all__ = ["RequestLimitsMiddleware", "HeadLimitedProtocol", "LimitCallback"]
-
-_LINGER_S = 1.0  # how long a refused connection's further bytes are read and dropped
+__all__ = ["HeadLimitedProtocol", "LimitCallback", "RequestLimitsMiddleware", "http_limits"]
 
 LimitCallback = Callable[[LimitExceeded], None]
 """Told of every request refused for a limit (to count it)."""
 
 
-class HeadLimitedProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with a size and a time limit on every request head.
+class HeadLimitedProtocol(HardenedHttpProtocol):
+    """uvicorn's httptools protocol with the shared hardening (:mod:`http_hardening.protocol`)
+    held to the flags' limits, answering TF Serving's error body (see the module doc).
 
     uvicorn builds one per connection (``uvicorn.Config(http=functools.partial(
-    HeadLimitedProtocol, limits=..., on_limit=...))``). The time limit runs from the connection's
-    start, or from the first byte of a later request, to the end of the head; idle keep-alive
-    connections are uvicorn's (``timeout_keep_alive``).
+    HeadLimitedProtocol, limits=..., on_limit=...))``). Every refusal is passed to
+    ``on_limit`` as the :class:`~serving.util.errors.LimitExceeded` it is answered with.
     """
 
     def __init__(
-        self,
-        config: Any,
-        server_state: Any,
-        app_state: dict[str, Any],
-        _loop: asyncio.AbstractEventLoop | None = None,
-        *,
-        limits: RequestLimits,
-        on_limit: LimitCallback,
+        self, *uvicorn_args: Any, limits: RequestLimits, on_limit: LimitCallback, **uvicorn_kwargs: Any
     ) -> None:
-        super().__init__(config, server_state, app_state, _loop)
-        self._max_head_bytes = limits.max_header_bytes
-        self._head_timeout_s = limits.read_timeout_s
+        super().__init__(*uvicorn_args, limits=http_limits(limits), **uvicorn_kwargs)
+        self._limits = limits
         self._on_limit = on_limit
-        self._head_started = False  # some bytes of a request head arrived, not all of them
-        self._head_bytes = 0
-        self._message_began = False  # a new request head began during the current read
-        self._head_timer: asyncio.TimerHandle | None = None
-        self._shutdown_timeout_s = limits.shutdown_read_timeout_s
-        self._refused = False
 
-    # ---- asyncio.Protocol -------------------------------------------------------------------
-
-    # asyncio's Protocol takes any BaseTransport; uvicorn's narrows it to a stream's, as here.
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        self._arm_head_timer()  # the first head must arrive in time too
-
-    def shutdown(self) -> None:
-        """uvicorn's graceful shutdown of the connection (called once the server stops accepting),
-        bounded for a request still receiving its body: that one is answered 503 and closed
-        ``--rest_api_shutdown_body_read_timeout_in_ms`` later unless its body is in by then.
-        Without this a client trickling a body kept the server from exiting for up to
-        ``--rest_api_body_read_timeout_in_ms`` (forever at 0). Requests that have their body are
-        left to finish."""
-        super().shutdown()
-        if self._receiving_body():
-            self.loop.call_later(self._shutdown_timeout_s, self._shutdown_timed_out)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._cancel_head_timer()
-        super().connection_lost(exc)
-
-    def data_received(self, data: bytes) -> None:
-        if self._refused:
-            return  # a refused connection lingers: what still arrives is dropped
-        continued = self._head_started
-        self._message_began = False
-        super().data_received(data)
-        if not self._head_started or self._refused or self.transport.is_closing():
-            return
-        # A head is still incomplete: all of this read belongs to it, unless it began inside the
-        # read (after a pipelined request); those few bytes are counted with the next read.
-        if continued and not self._message_began:
-            self._head_bytes += len(data)
-        if self._head_bytes > self._max_head_bytes:
-            self._refuse(head_too_large(self._max_head_bytes))
-        elif self._head_timer is None:
-            self._arm_head_timer()
-
-    # ---- parser callbacks (httptools) ---------------------------------------------------------
-
-    def on_message_begin(self) -> None:
-        super().on_message_begin()
-        self._head_started = True
-        self._message_began = True
-        self._head_bytes = 0
-
-    def on_headers_complete(self) -> None:
-        self._head_started = False
-        self._cancel_head_timer()
-        if self._refused:
-            return  # a request pipelined after a refused one: dropped with its connection
-        # The whole head is known here, however many reads it took: it is refused before uvicorn
-        # parses its URL, which httptools cannot do past 65,535 bytes (uvicorn would answer a
-        # plain-text 400, and a head that arrived in one read was only counted from the next).
-        if self._head_size() > self._max_head_bytes:
-            self._refuse(head_too_large(self._max_head_bytes))
-        elif len(self.url) > MAX_URI_BYTES:
-            self._refuse(uri_too_long())
-        else:
-            super().on_headers_complete()
-
-    def on_body(self, body: bytes) -> None:
-        if not self._refused:
-            super().on_body(body)
-
-    def on_message_complete(self) -> None:
-        if not self._refused:
-            super().on_message_complete()
-
-    def _head_size(self) -> int:
-        """The bytes of the parsed head: ``METHOD URL HTTP/1.1``, ``name: value`` lines, blank line."""
-        request_line = len(self.parser.get_method()) + len(self.url) + 12  # " ", " HTTP/1.1\r\n"
-        return request_line + sum(len(name) + len(value) + 4 for name, value in self.headers) + 2
-
-    # ---- refusing -----------------------------------------------------------------------------
-
-    def _arm_head_timer(self) -> None:
-        if self._head_timeout_s is not None:
-            self._head_timer = self.loop.call_later(self._head_timeout_s, self._head_timed_out)
-
-    def _cancel_head_timer(self) -> None:
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
-
-    def _head_timed_out(self) -> None:
-        self._head_timer = None
-        waiting_for_first = self.cycle is None  # no request yet on this connection
-        timeout_s = self._head_timeout_s
-        if timeout_s is not None and (self._head_started or waiting_for_first) and not self._refused:
-            self._refuse(read_timed_out(timeout_s, "head"))
-
-    def _receiving_body(self) -> bool:
-        """The request being handled on this connection is still receiving its body."""
-        cycle = self.cycle
-        return (
-            cycle is not None
-            and cycle.more_body
-            and not cycle.response_started
-            and not self.transport.is_closing()
-        )
-
-    def _shutdown_timed_out(self) -> None:
-        if self._refused or not self._receiving_body():
-            return
-        if self.pipeline:  # that body is a pipelined request's: one before it is still handled
-            self.loop.call_later(0.1, self._shutdown_timed_out)
-            return
-        self._refuse(shutting_down(self._shutdown_timeout_s), during_request=True)
-
-    def _refuse(self, error: LimitExceeded, *, during_request: bool = False) -> None:
-        """Answer ``error`` and close: between requests, or ``during_request`` (the app has not
-        answered the current one; it then sees the client disconnect)."""
-        self._refused = True
-        self._cancel_head_timer()
+    def error_answer(self, refusal: Refusal) -> ErrorAnswer:
+        """``refusal`` as the limit it exceeds, reported to ``on_limit``, in TF Serving's body."""
+        error = self._limit_exceeded(refusal)
         self._on_limit(error)
-        if self.transport.is_closing():
-            return
-        if during_request or self.cycle is None or self.cycle.response_complete:
-            body = error_json(error.message)
-            status = http.HTTPStatus(error.http_status)
-            head = [f"HTTP/1.1 {status.value} {status.phrase}\r\n".encode("ascii")]
-            head += [name + b": " + value + b"\r\n" for name, value in self.server_state.default_headers]
-            head.append(
-                b"content-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n"
-                % len(body)
-            )
-            self.transport.write(b"".join(head) + body)
-        if during_request and self.cycle is not None:
-            # The app's receive() returns http.disconnect now and what it sends is dropped: the
-            # answer on the wire is this one.
-            self.cycle.disconnected = True
-            self.cycle.message_event.set()
-        # A lingering close: stop sending, discard what still arrives for a moment, then close.
-        # Closing at once with unread data makes the kernel reset the connection, and a client
-        # still sending its head would lose the answer.
-        if self.transport.can_write_eof():
-            self.transport.write_eof()
-            self.loop.call_later(_LINGER_S, self.transport.close)
-        else:
-            self.transport.close()
+        return ErrorAnswer(error_json(error.message))
+
+    def _limit_exceeded(self, refusal: Refusal) -> LimitExceeded:
+        if refusal is Refusal.TARGET_TOO_LONG:
+            return uri_too_long()
+        if refusal is Refusal.HEAD_TIMEOUT:
+            assert self._limits.read_timeout_s is not None  # no head timer without it
+            return read_timed_out(self._limits.read_timeout_s, "head")
+        if refusal is Refusal.SHUTDOWN:
+            return shutting_down(self._limits.shutdown_read_timeout_s)
+        return head_too_large(self._limits.max_header_bytes)  # the only field limit here is the head's
+
+
+def http_limits(limits: RequestLimits) -> HttpLimits:
+    """What the REST connection enforces of the flags' limits (:mod:`http_hardening.limits`).
+
+    The URL is held to :data:`~serving.util.request_limits.MAX_URI_BYTES`, which httptools
+    cannot parse past (uvicorn would answer a plain-text 400); the head's fields only to the
+    head's size, as TF Serving has no limit of its own on them. At shutdown an idle
+    connection is closed at once, as uvicorn and TF Serving's evhttp do, rather than drained
+    as the API does: this tier's callers are the API's pools, which retry a request that met
+    a kept-alive connection closed before any answer (``Http1Error.stale`` in
+    ``api/serving_client/_http1.py``), and gRPC; a drain would add its window to every
+    shutdown of a server that has idle connections.
+    """
+    return HttpLimits(
+        max_header_bytes=limits.max_header_bytes,
+        max_target_bytes=MAX_URI_BYTES,
+        header_timeout_s=limits.read_timeout_s,
+        shutdown_drain_s=0.0,
+        shutdown_body_timeout_s=limits.shutdown_read_timeout_s,
+    )
 
 
 class RequestLimitsMiddleware:

@@ -36,7 +36,7 @@ from dnslib import QTYPE, RR, A, DNSRecord
 from dnslib.server import BaseResolver, DNSServer
 
 from tests.api.stack import FakeServing, transactions
-from tests.support import Proc, free_port, start_api, wait_until
+from tests.support import Process, free_port, start_api, wait_until
 
 NAME = "serving.test."
 REPLICAS = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
@@ -149,7 +149,7 @@ def scenario(protocol: str, tmp: Path) -> dict[str, Any]:
     dns.start_thread()
     result: dict[str, Any] = {"protocol": protocol}
     fakes: dict[str, FakeServing] = {}
-    api_proc: Proc | None = None
+    api_proc: Process | None = None
     load: Load | None = None
     try:
         infos = socket.getaddrinfo("serving.test", REST_PORT, type=socket.SOCK_STREAM)
@@ -159,7 +159,7 @@ def scenario(protocol: str, tmp: Path) -> dict[str, Any]:
             args = [sys.executable, "-m", "tests.api.fake_serving", f"--host={host}", f"--rest-port={REST_PORT}"]
             if protocol == "grpc":
                 args.append(f"--grpc-port={GRPC_PORT}")
-            proc = Proc(args, tmp / f"fake-{host}.log", env={"TF_CPP_MIN_LOG_LEVEL": "3"})
+            proc = Process(args, tmp / f"fake-{host}.log", env={"TF_CPP_MIN_LOG_LEVEL": "3"})
             fakes[host] = FakeServing(proc, REST_PORT, GRPC_PORT if protocol == "grpc" else 0)
         for host, fake in fakes.items():
             wait_until(lambda host=host, fake=fake: fake.proc.alive() and _answers(host), 120, f"fake on {host}")

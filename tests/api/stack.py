@@ -22,7 +22,7 @@ from examples.fraud.features import extract_features
 from examples.fraud.schemas import Transaction
 from models.transactions import generate_transactions
 from tests.api.fake_serving import fake_score
-from tests.support import Proc, free_port, http_ok, start_api, wait_until
+from tests.support import Process, free_port, http_ok, start_api
 
 
 def transactions(n: int, seed: int = 7) -> list[dict[str, Any]]:
@@ -43,7 +43,7 @@ def get_json(url: str) -> Any:
 class FakeServing:
     """A running `tests.api.fake_serving` process."""
 
-    proc: Proc
+    proc: Process
     rest_port: int
     grpc_port: int = 0
 
@@ -69,19 +69,14 @@ def launch_fake(
     args = [sys.executable, "-m", "tests.api.fake_serving", f"--rest-port={rest_port}", *extra]
     if grpc_port:
         args.append(f"--grpc-port={grpc_port}")
-    proc = Proc(args, tmp / f"{name}.log", env={"TF_CPP_MIN_LOG_LEVEL": "3"})
+    proc = Process(args, tmp / f"{name}.log", env={"TF_CPP_MIN_LOG_LEVEL": "3"})
     return FakeServing(proc, rest_port, grpc_port)
 
 
 def wait_ready(*fakes: FakeServing) -> None:
     """Wait until each fake answers model status (it starts REST after gRPC)."""
     for fake in fakes:
-
-        def ready(fake: FakeServing = fake) -> bool:
-            assert fake.proc.alive(), fake.proc.log()
-            return http_ok(fake.url + "/v1/models/fraud")
-
-        wait_until(ready, 120, f"fake serving on port {fake.rest_port}")
+        fake.proc.wait_ready(lambda fake=fake: http_ok(fake.url + "/v1/models/fraud"), 120, "model status")
 
 
 def start_fake(tmp: Path, name: str, rest_port: int | None = None, grpc_port: int = 0) -> FakeServing:
@@ -95,7 +90,7 @@ def start_fake(tmp: Path, name: str, rest_port: int | None = None, grpc_port: in
 class Api:
     """A running API process (one uvicorn worker)."""
 
-    proc: Proc
+    proc: Process
     url: str
 
 
@@ -106,12 +101,7 @@ def start_api_process(tmp: Path, name: str, serving_url: str, ready_path: str = 
     env = {"EVENTS_JSONL_PATH": str(tmp / f"{name}-events.jsonl"), "ACCESS_LOG": "false", **env}
     proc = start_api(port, serving_url, tmp / f"{name}.log", **env)
     api = Api(proc, f"http://127.0.0.1:{port}")
-
-    def ready() -> bool:
-        assert proc.alive(), proc.log()
-        return http_ok(api.url + ready_path)
-
-    wait_until(ready, 60, f"API {name} {ready_path}")
+    proc.wait_ready(lambda: http_ok(api.url + ready_path), 60, ready_path)
     return api
 
 

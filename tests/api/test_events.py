@@ -13,7 +13,7 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
@@ -25,10 +25,10 @@ from api.observability.metrics import ApiMetrics
 from models.transactions import generate_transactions
 from tests.support import (
     REPO,
-    Proc,
+    Process,
+    Serving,
     free_port,
     http_ok,
-    running_serving,
     start_api,
     wait_until,
 )
@@ -262,9 +262,8 @@ async def test_http_sink_posts_jsonl_and_retries_5xx_only() -> None:
 
 
 @pytest.fixture(scope="module")
-def serving(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with running_serving(tmp_path_factory.mktemp("events-serving")) as url:
-        yield url
+def serving(example_serving: Serving) -> str:
+    return example_serving.rest_url
 
 
 def test_api_writes_exactly_one_event_per_scored_request_by_shutdown(
@@ -275,7 +274,7 @@ def test_api_writes_exactly_one_event_per_scored_request_by_shutdown(
     port = free_port()
     # A long linger keeps events queued until SIGTERM, so the drain at shutdown is
     # what writes them.
-    api: Proc = start_api(
+    api: Process = start_api(
         port,
         serving,
         tmp_path / "api.log",

@@ -35,13 +35,11 @@ from schemathesis.checks import response_schema_conformance
 
 from tests.support import (
     REPO,
-    Proc,
+    Process,
     free_port,
     http_ok,
-    local_models_config,
     start_api,
-    start_serving,
-    wait_until,
+    start_example_serving,
 )
 
 # Per request. Far above any answer's real time (the API's own budget is
@@ -81,28 +79,20 @@ class Api:
 @pytest.fixture(scope="module")
 def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
     tmp = tmp_path_factory.mktemp("fuzz")
-    rest_port, api_port = free_port(), free_port()
-    serving = start_serving(local_models_config(tmp), rest_port, free_port(), tmp / "serving.log")
-    serving_url = f"http://127.0.0.1:{rest_port}"
-    api_proc: Proc = start_api(
+    api_port = free_port()
+    serving = start_example_serving(tmp)
+    api_proc: Process = start_api(
         api_port,
-        serving_url,
+        serving.rest_url,
         tmp / "api.log",
         EVENTS_JSONL_PATH=str(tmp / "events.jsonl"),
         ACCESS_LOG="false",
     )
     base = f"http://127.0.0.1:{api_port}"
 
-    def models_available() -> bool:
-        assert serving.alive(), serving.log()
-        return all(
-            '"AVAILABLE"' in _text(f"{serving_url}/v1/models/{name}")
-            for name in ("fraud", "digits")
-        )
-
     try:
-        wait_until(models_available, 120, "the fraud and digits models to be AVAILABLE")
-        wait_until(lambda: api_proc.alive() and http_ok(f"{base}/readyz"), 60, "API /readyz")
+        serving.wait_available("fraud", "digits")
+        api_proc.wait_ready(lambda: http_ok(f"{base}/readyz"), 60, "/readyz")
         with httpx.Client(base_url=base, timeout=TIMEOUT_S) as client:
             yield Api(base, client, schemathesis.openapi.from_url(f"{base}/openapi.json"))
     finally:
@@ -110,13 +100,6 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
         serving.stop()
     log = api_proc.log_path.read_text()
     assert "Traceback" not in log, log[-4000:]
-
-
-def _text(url: str) -> str:
-    try:
-        return httpx.get(url, timeout=1.0).text
-    except httpx.HTTPError:
-        return ""
 
 
 def _header(response: schemathesis.Response | httpx.Response, name: str) -> str:

@@ -42,7 +42,6 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,14 +50,16 @@ import pytest
 
 from models.transactions import generate_transactions
 from tests.support import (
-    Proc,
+    Process,
+    Serving,
     free_port,
     http_ok,
-    running_serving,
     start_api,
     start_gunicorn,
     wait_until,
 )
+
+pytestmark = pytest.mark.http_hardening  # on uvicorn's internals: .ci/run runs these on its newest release too
 
 CLIENTS = 16
 LOAD_S = 4.0  # the load's upper bound in time; each client also stops once refused
@@ -68,9 +69,8 @@ TIMEOUT_S = 10.0  # per request: far above any real answer time, so only a hang 
 
 
 @pytest.fixture(scope="module")
-def serving(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with running_serving(tmp_path_factory.mktemp("shutdown-serving")) as url:
-        yield url
+def serving(example_serving: Serving) -> str:
+    return example_serving.rest_url
 
 
 @dataclass
@@ -145,7 +145,7 @@ class Load:
                 self.failures.append(f"{rid}: {response.status_code} {data[:200]!r}")
         return True
 
-    def run_and_terminate(self, proc: Proc) -> None:
+    def run_and_terminate(self, proc: Process) -> None:
         """Run the load; SIGTERM `proc` once `ANSWERS_BEFORE_SIGTERM` have been answered."""
         threads = [threading.Thread(target=self.client, daemon=True) for _ in range(CLIENTS)]
         for t in threads:
@@ -181,7 +181,7 @@ def check_events(events_path: Path, load: Load) -> None:
         assert by_rid[rid]["outputs"] == {"fraud_score": [answer["fraud_score"]]}
 
 
-def run_case(proc: Proc, base: str, events_path: Path) -> int:
+def run_case(proc: Process, base: str, events_path: Path) -> int:
     """Load `proc`, SIGTERM it, check the outcomes and events; its exit code."""
     bodies = [t.body for t in generate_transactions(512, seed=23)]
     load = Load(base, bodies)

@@ -14,7 +14,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -26,12 +25,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from api.ops.cpu_budget import available_cpus
 from models.transactions import generate_transactions
 from tests.support import (
-    EXAMPLE_ROUTES,
     REPO,
-    Proc,
+    Serving,
     free_port,
     http_ok,
-    running_serving,
     start_gunicorn,
     wait_until,
 )
@@ -45,9 +42,8 @@ STAGE_COUNT = "api_request_stage_duration_seconds_count"
 
 
 @pytest.fixture(scope="module")
-def serving(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with running_serving(tmp_path_factory.mktemp("gunicorn-serving")) as url:
-        yield url
+def serving(example_serving: Serving) -> str:
+    return example_serving.rest_url
 
 
 def children(pid: int) -> list[int]:
@@ -102,18 +98,14 @@ def test_two_workers_share_metrics_stay_small_and_stop_cleanly(
     events = tmp_path / "events.jsonl"
     tmp_dir = tmp_path / "tmp"  # where the master makes its metrics directory
     tmp_dir.mkdir()
-    gunicorn = Proc(
-        [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "api.app:create_app()"],
+    gunicorn = start_gunicorn(
         tmp_path / "gunicorn.log",
-        env={
-            "WEB_CONCURRENCY": str(WORKERS),
-            "API_BIND": f"127.0.0.1:{port}",
-            "SERVING_URL": serving,
-            "MODEL_ROUTES": EXAMPLE_ROUTES,
-            "EVENTS_JSONL_PATH": str(events),
-            "ACCESS_LOG": "false",
-            "TMPDIR": str(tmp_dir),
-        },
+        WEB_CONCURRENCY=str(WORKERS),
+        API_BIND=f"127.0.0.1:{port}",
+        SERVING_URL=serving,
+        EVENTS_JSONL_PATH=str(events),
+        ACCESS_LOG="false",
+        TMPDIR=str(tmp_dir),
     )
     base = f"http://127.0.0.1:{port}"
     try:

@@ -14,7 +14,6 @@ import json
 import resource
 import socket
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -27,7 +26,9 @@ import pytest
 import requests
 
 from tests.api.test_gunicorn import children
-from tests.support import EXAMPLE_ROUTES, Proc, free_port, http_ok, wait_until
+from tests.support import Process, free_port, http_ok, start_gunicorn, wait_until
+
+pytestmark = pytest.mark.http_hardening  # on uvicorn's internals: .ci/run runs these on its newest release too
 
 WORKERS = 2
 CAP = 64
@@ -42,34 +43,22 @@ def soft_nofile(pid: int) -> int:
 
 
 @pytest.fixture
-def gunicorn(tmp_path: Path) -> Iterator[tuple[Proc, str]]:
+def gunicorn(tmp_path: Path) -> Iterator[tuple[Process, str]]:
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     if hard != resource.RLIM_INFINITY and hard <= 512:
         pytest.skip(f"hard open-files limit {hard} leaves nothing to raise")
     port = free_port()
-    proc = Proc(
-        [
-            "prlimit",
-            "--nofile=512:",  # soft only: what a container runtime commonly gives
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "-c",
-            "gunicorn.conf.py",
-            "api.app:create_app()",
-        ],
+    proc = start_gunicorn(
         tmp_path / "gunicorn.log",
-        env={
-            "WEB_CONCURRENCY": str(WORKERS),
-            "API_BIND": f"127.0.0.1:{port}",
-            "API_WORKER_CONNECTIONS": str(CAP),
-            "MODEL_ROUTES": EXAMPLE_ROUTES,
-            "API_HEADER_TIMEOUT_S": "1",
-            "SERVING_URL": "http://127.0.0.1:9",
-            "EVENTS_JSONL_PATH": str(tmp_path / "events.jsonl"),
-            "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "prometheus"),
-            "ACCESS_LOG": "false",
-        },
+        prefix=["prlimit", "--nofile=512:"],  # soft only: what a container runtime commonly gives
+        WEB_CONCURRENCY=str(WORKERS),
+        API_BIND=f"127.0.0.1:{port}",
+        API_WORKER_CONNECTIONS=str(CAP),
+        API_HEADER_TIMEOUT_S="1",
+        SERVING_URL="http://127.0.0.1:9",
+        EVENTS_JSONL_PATH=str(tmp_path / "events.jsonl"),
+        PROMETHEUS_MULTIPROC_DIR=str(tmp_path / "prometheus"),
+        ACCESS_LOG="false",
     )
     base = f"http://127.0.0.1:{port}"
     try:
@@ -80,14 +69,14 @@ def gunicorn(tmp_path: Path) -> Iterator[tuple[Proc, str]]:
         assert proc.stop() == 0, proc.log()
 
 
-def test_workers_run_with_the_open_files_limit_raised(gunicorn: tuple[Proc, str]) -> None:
+def test_workers_run_with_the_open_files_limit_raised(gunicorn: tuple[Process, str]) -> None:
     proc, _ = gunicorn
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     for pid in [proc.popen.pid, *children(proc.popen.pid)]:
         assert soft_nofile(pid) == hard
 
 
-def test_floods_of_idle_slow_and_huge_heads_leave_the_workers_answering(gunicorn: tuple[Proc, str]) -> None:
+def test_floods_of_idle_slow_and_huge_heads_leave_the_workers_answering(gunicorn: tuple[Process, str]) -> None:
     proc, base = gunicorn
     port = int(base.rsplit(":", 1)[1])
     workers = set(children(proc.popen.pid))
@@ -171,7 +160,7 @@ def via_curl(url: str, ctype: str, body: bytes, chunked: bool, tmp: Path) -> tup
     return int(status or 0), json.loads(text) if text else {}
 
 
-def test_a_body_over_the_limit_is_a_413_every_client_reads(gunicorn: tuple[Proc, str], tmp_path: Path) -> None:
+def test_a_body_over_the_limit_is_a_413_every_client_reads(gunicorn: tuple[Process, str], tmp_path: Path) -> None:
     """urllib (sends `Connection: close` and its whole body before reading), requests, httpx
     and curl; with Content-Length and chunked; a JSON route and the multipart upload route."""
     _, base = gunicorn

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import socket
 import threading
 import time
 import urllib.error
@@ -27,7 +26,18 @@ from gunicorn.config import Config as GunicornConfig
 
 from api.http_server import ApiHttpProtocol, ConnectionLimits
 from api.http_server.connections import ConnectionRegistry, registry_for
-from tests.support import free_port, wait_until
+from tests.http_hardening.wire import (
+    call_on_loop,
+    closed_by_peer,
+    connect,
+    get,
+    read_response,
+    serving_in_thread,
+    shut_down_connections,
+)
+from tests.support import wait_until
+
+pytestmark = pytest.mark.http_hardening  # on uvicorn's internals: .ci/run runs these on its newest release too
 
 
 @dataclass
@@ -81,36 +91,20 @@ class Running:
     def call(self, fn: Any) -> None:
         """Run `fn()` on the server's loop and wait for it."""
         assert self.app.loop is not None
-        done = threading.Event()
-
-        def run() -> None:
-            try:
-                fn()
-            finally:
-                done.set()
-
-        self.app.loop.call_soon_threadsafe(run)
-        assert done.wait(5)
+        call_on_loop(self.app.loop, fn)
 
 
 def serve(limits: ConnectionLimits, *, keepalive_s: int = 5) -> Iterator[Running]:
     app = StandInApp()
-    port = free_port()
-    http = functools.partial(ApiHttpProtocol, limits=limits)
-    config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, http=http, log_level="error", timeout_keep_alive=keepalive_s
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    wait_until(lambda: server.started, 10, "uvicorn to start")
-    try:
-        yield Running(server, app, port, limits)
-    finally:
-        if app.loop is not None and app.release is not None:
-            app.loop.call_soon_threadsafe(app.release.set)
-        server.should_exit = True
-        thread.join(10)
+    with serving_in_thread(app, functools.partial(ApiHttpProtocol, limits=limits), keepalive_s=keepalive_s) as (
+        server,
+        port,
+    ):
+        try:
+            yield Running(server, app, port, limits)
+        finally:
+            if app.loop is not None and app.release is not None:
+                app.loop.call_soon_threadsafe(app.release.set)
 
 
 @pytest.fixture
@@ -119,51 +113,6 @@ def running(request: pytest.FixtureRequest) -> Iterator[Running]:
     kwargs = marker.kwargs if marker else {}
     keepalive_s = kwargs.pop("keepalive_s", 5)
     yield from serve(ConnectionLimits(**kwargs), keepalive_s=keepalive_s)
-
-
-def connect(port: int) -> socket.socket:
-    s = socket.create_connection(("127.0.0.1", port), timeout=5)
-    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    return s
-
-
-def read_response(s: socket.socket) -> tuple[int, dict[str, str], bytes]:
-    """One HTTP/1.1 response with Content-Length: (status, headers, body)."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = s.recv(65536)
-        if not chunk:
-            raise ConnectionError(f"closed after {data!r}")
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
-    length = int(headers.get("content-length", "0"))
-    while len(body) < length:
-        chunk = s.recv(65536)
-        if not chunk:
-            break
-        body += chunk
-    return int(lines[0].split()[1]), headers, body
-
-
-def closed_by_peer(s: socket.socket, timeout_s: float = 5.0) -> bool:
-    """True when the server closes the connection (EOF or reset) within `timeout_s`."""
-    s.settimeout(timeout_s)
-    try:
-        while True:
-            if not s.recv(65536):
-                return True
-    except ConnectionResetError:
-        return True
-    except TimeoutError:
-        return False
-
-
-def get(port: int, path: str = "/") -> int:
-    with connect(port) as s:
-        s.sendall(f"GET {path} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
-        return read_response(s)[0]
 
 
 # --- head size ---------------------------------------------------------------------------------
@@ -356,7 +305,8 @@ def test_a_request_unread_when_shutdown_begins_is_answered_with_connection_close
 
 def begin_shutdown(running: Running) -> float:
     """Do what uvicorn's shutdown does to every open connection; when it did, monotonic."""
-    running.call(lambda: [conn.shutdown() for conn in list(running.server.server_state.connections)])
+    assert running.app.loop is not None
+    shut_down_connections(running.server, running.app.loop)
     return time.monotonic()
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import threading
 import time
 from pathlib import Path
@@ -20,7 +19,7 @@ import httpx
 from api.request.admission.in_flight import InFlightBoard
 from tests.api.stack import launch_fake, transactions, wait_ready
 from tests.api.test_gunicorn import children
-from tests.support import EXAMPLE_ROUTES, Proc, free_port, http_ok, wait_until
+from tests.support import free_port, http_ok, start_gunicorn, wait_until
 
 
 def test_the_count_and_the_limit_are_every_live_workers() -> None:
@@ -57,23 +56,19 @@ def test_one_worker_may_take_the_share_of_another_that_accepted_nothing(tmp_path
     fake = launch_fake(tmp_path, "serving")
     wait_ready(fake)
     port = free_port()
-    gunicorn = Proc(
-        [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "api.app:create_app()"],
+    gunicorn = start_gunicorn(
         tmp_path / "gunicorn.log",
-        env={
-            "WEB_CONCURRENCY": "2",
-            "API_BIND": f"127.0.0.1:{port}",
-            "SERVING_URL": fake.url,
-            "MODEL_ROUTES": EXAMPLE_ROUTES,
-            "MAX_IN_FLIGHT_REQUESTS": str(per_worker),
-            "REQUEST_TIMEOUT_S": "30",
-            "SERVING_TIMEOUT_S": "30",
-            "ACCESS_LOG": "false",
-            # One predict per request, so that each request in flight is seen held at serving.
-            "COALESCING_ENABLED": "false",
-            "EVENTS_JSONL_PATH": str(tmp_path / "events.jsonl"),
-            "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "prometheus"),
-        },
+        WEB_CONCURRENCY="2",
+        API_BIND=f"127.0.0.1:{port}",
+        SERVING_URL=fake.url,
+        MAX_IN_FLIGHT_REQUESTS=str(per_worker),
+        REQUEST_TIMEOUT_S="30",
+        SERVING_TIMEOUT_S="30",
+        ACCESS_LOG="false",
+        # One predict per request, so that each request in flight is seen held at serving.
+        COALESCING_ENABLED="false",
+        EVENTS_JSONL_PATH=str(tmp_path / "events.jsonl"),
+        PROMETHEUS_MULTIPROC_DIR=str(tmp_path / "prometheus"),
     )
     url = f"http://127.0.0.1:{port}/v1/fraud/score"
     bodies = transactions(2 * per_worker + 1)

@@ -41,7 +41,7 @@ from tests.api.stack import (
     transactions,
     wait_ready,
 )
-from tests.support import EXAMPLE_ROUTES, free_port, http_ok, wait_until
+from tests.support import free_port, http_ok, wait_until
 
 if importlib.util.find_spec("tensorflow_serving") is None:  # the official stubs, for the fake
     pytest.skip("tensorflow-serving-api is not installed", allow_module_level=True)
@@ -138,32 +138,21 @@ def test_gunicorn_preload_workers_each_open_their_own_channels(
     """gunicorn.conf.py preloads the app in the master; each forked worker must create
     its gRPC channels in its own lifespan and loop (a channel made before the fork hangs
     or fails in the children)."""
-    import sys
-
-    from tests.support import Proc
+    from tests.support import start_gunicorn
 
     port = free_port()
-    proc = Proc(
-        [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "api.app:create_app()"],
+    proc = start_gunicorn(
         tmp_path / "gunicorn.log",
-        env={
-            "API_BIND": f"127.0.0.1:{port}",
-            "WEB_CONCURRENCY": "2",
-            "SERVING_PROTOCOL": "grpc",
-            "MODEL_ROUTES": EXAMPLE_ROUTES,
-            "SERVING_GRPC_TARGETS": ",".join(f"127.0.0.1:{r.grpc_port}" for r in grpc_replicas),
-            "EVENTS_JSONL_PATH": str(tmp_path / "events.jsonl"),
-            "ACCESS_LOG": "false",
-        },
+        API_BIND=f"127.0.0.1:{port}",
+        WEB_CONCURRENCY="2",
+        SERVING_PROTOCOL="grpc",
+        SERVING_GRPC_TARGETS=",".join(f"127.0.0.1:{r.grpc_port}" for r in grpc_replicas),
+        EVENTS_JSONL_PATH=str(tmp_path / "events.jsonl"),
+        ACCESS_LOG="false",
     )
     procs.append(type("Started", (), {"proc": proc})())
     url = f"http://127.0.0.1:{port}"
-
-    def ready() -> bool:
-        assert proc.alive(), proc.log()
-        return http_ok(url + "/readyz")
-
-    wait_until(ready, 60, "gunicorn API /readyz")
+    proc.wait_ready(lambda: http_ok(url + "/readyz"), 60, "/readyz")
     bodies = transactions(200, seed=5)
     run = run_load(url + SCORE, bodies, concurrency=8, max_seconds=60)
     assert run.statuses() == {200: len(bodies)}, proc.log()

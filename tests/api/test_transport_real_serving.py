@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -21,30 +20,14 @@ import pytest
 from api.serving_client import Deadline, ServingError
 from api.serving_client._grpc import GrpcTransport
 from tests.api.stack import Api, run_load, start_api_process, transactions
-from tests.support import Proc, free_port, local_models_config, start_serving, wait_model_available
+from tests.support import Serving
 
 SCORE = "/v1/fraud/score"
 
 
-@dataclass
-class Serving:
-    proc: Proc
-    rest_url: str
-    grpc_target: str
-
-
 @pytest.fixture(scope="module")
-def serving(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serving]:
-    tmp = tmp_path_factory.mktemp("real-serving")
-    rest_port, grpc_port = free_port(), free_port()
-    proc = start_serving(local_models_config(tmp), rest_port, grpc_port, tmp / "serving.log")
-    s = Serving(proc, f"http://127.0.0.1:{rest_port}", f"127.0.0.1:{grpc_port}")
-
-    try:
-        wait_model_available(proc, rest_port)
-        yield s
-    finally:
-        proc.stop()
+def serving(example_serving: Serving) -> Serving:
+    return example_serving
 
 
 @pytest.fixture

@@ -45,7 +45,16 @@ import httpx
 
 from tests.api.stack import FakeServing, launch_fake, transactions, wait_ready
 from tests.chaos.load import LoadResult, OpenLoopLoad
-from tests.support import EXAMPLE_ROUTES, REPO, Proc, free_port, http_ok, wait_until
+from tests.support import (
+    free_port,
+    http_ok,
+    run_server_env,
+    start_gunicorn,
+    start_run_server,
+    wait_run_server,
+    wait_until,
+)
+from tools.processes import run_to_exit
 
 BUDGET_S = 1.0
 FAULT_AT_S = 1.5  # into the load: the fault starts once the load is steady
@@ -125,22 +134,18 @@ class Gunicorn:
         self.url = f"http://127.0.0.1:{self.port}"
         prom = tmp / f"{name}-prometheus"
         prom.mkdir()
-        self.proc = Proc(
-            ["prlimit", *prlimits, sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "api.app:create_app()"],
-            tmp / f"{name}.log",
-            env={
-                "WEB_CONCURRENCY": "2",
-                "API_BIND": f"127.0.0.1:{self.port}",
-                "SERVING_URLS": serving_urls,
-                "MODEL_ROUTES": EXAMPLE_ROUTES,
-                "REQUEST_TIMEOUT_S": str(BUDGET_S),
-                "API_HEADER_TIMEOUT_S": "2",
-                "ACCESS_LOG": "false",
-                "PROMETHEUS_MULTIPROC_DIR": str(prom),
-                "EVENTS_JSONL_PATH": str(tmp / f"{name}-events.jsonl"),
-                **env,
-            },
-        )
+        settings = {
+            "WEB_CONCURRENCY": "2",
+            "API_BIND": f"127.0.0.1:{self.port}",
+            "SERVING_URLS": serving_urls,
+            "REQUEST_TIMEOUT_S": str(BUDGET_S),
+            "API_HEADER_TIMEOUT_S": "2",
+            "ACCESS_LOG": "false",
+            "PROMETHEUS_MULTIPROC_DIR": str(prom),
+            "EVENTS_JSONL_PATH": str(tmp / f"{name}-events.jsonl"),
+            **env,
+        }
+        self.proc = start_gunicorn(tmp / f"{name}.log", prefix=["prlimit", *prlimits], **settings)
         wait_until(lambda: self._ready(), 60, f"API {name}")
 
     def _ready(self) -> bool:
@@ -187,7 +192,7 @@ def attack(kind: str, port: int, count: int, seconds: float, notes: list[str], *
     def run() -> None:
         args = [sys.executable, "-m", "tests.chaos.attacks", kind, f"--port={port}", f"--count={count}"]
         args += [f"--seconds={seconds}", *(f"--{k}={v}" for k, v in extra.items())]
-        out = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=seconds + 60)
+        out = run_to_exit(args, timeout_s=seconds + 60)
         notes.append(f"attackers: {out.stdout.strip() or out.stderr.strip()[-300:]}")
 
     return run
@@ -331,24 +336,17 @@ def events_disk_full(tmp: Path, rate: float, seconds: float) -> Outcome:
 
 
 def one_container(tmp: Path, rate: float, seconds: float) -> Outcome:
-    api_port = free_port()
-    env = {
-        "MODELS_DIR": str(REPO / "models"),
-        "PYTHON": sys.executable,
-        "API_PORT": str(api_port),
-        "API_HOST": "127.0.0.1",
-        "REST_API_PORT": str(free_port()),
-        "GRPC_PORT": str(free_port()),
-        "WEB_CONCURRENCY": "2",
-        "REQUEST_TIMEOUT_S": str(BUDGET_S),
-        "ACCESS_LOG": "false",
-        "EVENTS_JSONL_PATH": str(tmp / "one-container-events.jsonl"),
-    }
-    proc = Proc(["bash", str(REPO / "run-server.sh")], tmp / "run-server.log", env=env)
+    env = run_server_env(
+        WEB_CONCURRENCY="2",
+        REQUEST_TIMEOUT_S=str(BUDGET_S),
+        ACCESS_LOG="false",
+        EVENTS_JSONL_PATH=str(tmp / "one-container-events.jsonl"),
+    )
+    api_port = int(env["API_PORT"])
+    proc = start_run_server(tmp / "run-server.log", **env)
     url = f"http://127.0.0.1:{api_port}"
     try:
-        wait_until(lambda: "API ready" in proc.log() or not proc.alive(), 240, "run-server.sh ready")
-        assert proc.alive(), proc.log()
+        wait_run_server(proc, 240)
         gunicorn = next(p for p in children(proc.popen.pid) if b"gunicorn" in Path(f"/proc/{p}/cmdline").read_bytes())
         serving = next(p for p in children(proc.popen.pid) if p != gunicorn)
 

@@ -14,7 +14,7 @@ import grpc
 import httpx
 from tensorflow_serving.apis import prediction_service_pb2_grpc
 
-from tests.support import Proc, free_port, local_models_config, start_serving, wait_model_available
+from tests.support import Process, Serving, start_example_serving
 
 METRICS_PATH = "/monitoring/prometheus/metrics"
 RPC_TIMEOUT_S = 10.0
@@ -25,16 +25,22 @@ DIGIT_IMAGE = [[[float((r * 8 + c) % 17)] for c in range(8)] for r in range(8)]
 
 @dataclass
 class ExampleServer:
-    proc: Proc
-    rest_port: int
-    grpc_port: int
+    serving: Serving
     rest: httpx.Client
     channel: grpc.Channel
     stub: prediction_service_pb2_grpc.PredictionServiceStub
 
     @property
+    def proc(self) -> Process:
+        return self.serving.process
+
+    @property
     def pid(self) -> int:
-        return self.proc.popen.pid
+        return self.serving.process.pid
+
+    @property
+    def rest_port(self) -> int:
+        return self.serving.rest_port
 
     def rss_bytes(self) -> int:
         """The server's resident set size now (``/proc/<pid>/statm``)."""
@@ -49,38 +55,25 @@ class ExampleServer:
 
 
 @contextlib.contextmanager
-def running_example_server(workdir: Path, *flags: str) -> Iterator[ExampleServer]:
-    """The example models served with ``flags`` added; the metrics page at :data:`METRICS_PATH`."""
+def running_example_server(workdir: Path, **flags: object) -> Iterator[ExampleServer]:
+    """The example models served with ``flags`` added (TF Serving's flag names, as
+    ``tools.processes.serving_command`` takes them); the metrics page at :data:`METRICS_PATH`."""
     monitoring = workdir / "monitoring.config"
     monitoring.write_text(f'prometheus_config {{ enable: true path: "{METRICS_PATH}" }}\n')
-    rest_port, grpc_port = free_port(), free_port()
-    proc = start_serving(
-        local_models_config(workdir),
-        rest_port,
-        grpc_port,
-        workdir / "serving.log",
-        f"--monitoring_config_file={monitoring}",
-        "--tensorflow_intra_op_parallelism=1",
-        "--tensorflow_inter_op_parallelism=1",
-        *flags,
+    serving = start_example_serving(
+        workdir,
+        monitoring_config_file=monitoring,
+        tensorflow_intra_op_parallelism=1,
+        tensorflow_inter_op_parallelism=1,
+        **flags,
     )
-    rest = httpx.Client(base_url=f"http://127.0.0.1:{rest_port}", timeout=RPC_TIMEOUT_S)
-    channel = grpc.insecure_channel(
-        f"127.0.0.1:{grpc_port}", options=[("grpc.max_receive_message_length", 64 << 20)]
-    )
+    rest = httpx.Client(base_url=serving.rest_url, timeout=RPC_TIMEOUT_S)
+    channel = grpc.insecure_channel(serving.grpc_target, options=[("grpc.max_receive_message_length", 64 << 20)])
     try:
-        wait_model_available(proc, rest_port, "fraud")
-        wait_model_available(proc, rest_port, "digits")
+        serving.wait_available("fraud", "digits")
         grpc.channel_ready_future(channel).result(timeout=RPC_TIMEOUT_S)
-        yield ExampleServer(
-            proc,
-            rest_port,
-            grpc_port,
-            rest,
-            channel,
-            prediction_service_pb2_grpc.PredictionServiceStub(channel),
-        )
+        yield ExampleServer(serving, rest, channel, prediction_service_pb2_grpc.PredictionServiceStub(channel))
     finally:
         channel.close()
         rest.close()
-        proc.stop()
+        serving.stop()

@@ -13,14 +13,19 @@
 * ``scalar_string/1`` -- TF1: ``x`` float32 ``[-1]`` -> ``y`` (``x + 1``) and ``label``, a rank-0
   string (``"half"``);
 * ``broken/1`` -- a ``saved_model.pb`` that is not a SavedModel (its load fails).
+
+And the model server on them: :func:`models_config` (a config file's text),
+:func:`write_atomically`, :func:`start_test_serving`.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+from tools.processes import Serving, start_serving
 
 
 def _export_tf1(path: Path, build: Callable[[], tuple[dict[str, Any], dict[str, Any]]]) -> None:
@@ -126,3 +131,32 @@ def models_config_text(root: Path) -> str:
         "  }"
     )
     return "model_config_list {\n" + "\n".join(entries) + "\n}\n"
+
+
+def models_config(entries: Sequence[tuple[str, Path, str]]) -> str:
+    """A ``model_config_list`` of (name, base path, extra ModelConfig fields) entries."""
+    configs = "".join(
+        f'  config {{ name: "{name}" base_path: "{path}" model_platform: "tensorflow" {extra} }}\n'
+        for name, path, extra in entries
+    )
+    return f"model_config_list {{\n{configs}}}\n"
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Replace ``path`` in one rename, so a poll never reads half a file."""
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(text)
+    os.replace(temporary, path)
+
+
+def start_test_serving(config_file: Path, log_file: Path, **flags: Any) -> Serving:
+    """``python -m serving`` on ``config_file`` with ``flags``, one TensorFlow thread per pool and
+    TensorFlow's C++ log at warnings (:func:`tools.processes.start_serving`; not waited for)."""
+    return start_serving(
+        log_file,
+        env={"TF_CPP_MIN_LOG_LEVEL": "2"},
+        model_config_file=config_file,
+        tensorflow_intra_op_parallelism=1,
+        tensorflow_inter_op_parallelism=1,
+        **flags,
+    )

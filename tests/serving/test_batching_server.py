@@ -22,7 +22,8 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.support import Proc, free_port, start_serving, wait_until
+from tests.serving.serving_testlib import start_test_serving
+from tests.support import Process
 
 ROWS_PER_REQUEST = 2
 CALLERS = 8
@@ -32,19 +33,9 @@ READY_TIMEOUT_S = 90.0
 
 @dataclass
 class Server:
-    proc: Proc
+    proc: Process
     rest: str
     grpc_target: str
-
-
-def _model_ready(url: str) -> bool:
-    try:
-        response = httpx.get(url, timeout=2.0)
-    except httpx.HTTPError:
-        return False
-    return response.status_code == 200 and any(
-        status["state"] == "AVAILABLE" for status in response.json()["model_version_status"]
-    )
 
 
 def _start(
@@ -69,32 +60,19 @@ def _start(
     (workdir / "monitoring.config").write_text(
         'prometheus_config { enable: true path: "/monitoring/prometheus/metrics" }\n'
     )
-    rest_port, grpc_port = free_port(), free_port()
-    proc = start_serving(
+    serving = start_test_serving(
         config,
-        rest_port,
-        grpc_port,
         workdir / "server.log",
-        "--grpc_host=127.0.0.1",
-        "--enable_batching",
-        f"--batching_parameters_file={workdir / 'batching.config'}",
-        f"--monitoring_config_file={workdir / 'monitoring.config'}",
-        "--tensorflow_intra_op_parallelism=1",
-        "--tensorflow_inter_op_parallelism=1",
+        enable_batching=True,
+        batching_parameters_file=workdir / "batching.config",
+        monitoring_config_file=workdir / "monitoring.config",
     )
-    rest = f"http://127.0.0.1:{rest_port}"
     try:
-        for model in models:
-            wait_until(
-                lambda model=model: not proc.alive() or _model_ready(f"{rest}/v1/models/{model}"),
-                READY_TIMEOUT_S,
-                f"{model} AVAILABLE",
-            )
-        assert proc.alive(), proc.log()
+        serving.wait_available(*models, timeout_s=READY_TIMEOUT_S)
     except BaseException:
-        proc.stop()
+        serving.stop()
         raise
-    return Server(proc, rest, f"127.0.0.1:{grpc_port}")
+    return Server(serving.process, serving.rest_url, serving.grpc_target)
 
 
 @pytest.fixture(scope="module")

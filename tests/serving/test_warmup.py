@@ -11,12 +11,8 @@ The counter model counts its own Session runs in a variable: ``y = x`` and ``cou
 from __future__ import annotations
 
 import logging
-import os
 import re
 import shutil
-import subprocess
-import sys
-import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -41,8 +37,9 @@ from serving.servables.tensorflow.saved_model_warmup import ModelWarmupOptions
 from serving.servables.tensorflow.servable import PredictRun
 from serving.util.errors import Code, ServingError
 from serving.util.metrics import ServingMetrics
+from tests.serving.serving_testlib import start_test_serving
 from tests.serving.tf_serving_testdata import export_testdata
-from tests.support import REPO, free_port
+from tests.support import REPO
 
 READY_DEADLINE_S = 90.0
 
@@ -534,60 +531,28 @@ def server(
     config.write_text(f"model_config_list {{ {entries}}}")
     monitoring = workdir / "monitoring.config"
     monitoring.write_text('prometheus_config { enable: true path: "/metrics" }')
-    port = free_port()
     log = workdir / "server.log"
-    with log.open("wb") as sink:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "serving",
-                f"--port={free_port()}",
-                f"--rest_api_port={port}",
-                "--rest_api_host=127.0.0.1",
-                f"--model_config_file={config}",
-                f"--monitoring_config_file={monitoring}",
-                "--num_request_iterations_for_warmup=2",
-                "--max_num_load_retries=0",
-                "--tensorflow_intra_op_parallelism=1",
-                "--tensorflow_inter_op_parallelism=1",
-            ],
-            cwd=REPO,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
-        )
+    serving = start_test_serving(
+        config,
+        log,
+        monitoring_config_file=monitoring,
+        num_request_iterations_for_warmup=2,
+        max_num_load_retries=0,
+    )
     try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10.0) as client:
-            deadline = time.monotonic() + READY_DEADLINE_S
-            wanted = {
-                "counter": "AVAILABLE",
-                "corrupt": "END",
-                "fraud": "AVAILABLE",
-                "half_plus_two": "AVAILABLE",
-                "bad_classify": "END",
-            }
-            while wanted and time.monotonic() < deadline:
-                assert process.poll() is None, log.read_text()
-                for name, state in list(wanted.items()):
-                    try:
-                        response = client.get(f"/v1/models/{name}")
-                    except httpx.TransportError:
-                        break
-                    if response.status_code == 200 and state in {
-                        v["state"] for v in response.json()["model_version_status"]
-                    }:
-                        del wanted[name]
-                time.sleep(0.05)
-            assert not wanted, f"not ready: {wanted}\n{log.read_text()}"
+        wanted = {
+            "counter": "AVAILABLE",
+            "corrupt": "END",
+            "fraud": "AVAILABLE",
+            "half_plus_two": "AVAILABLE",
+            "bad_classify": "END",
+        }
+        for name, state in wanted.items():
+            serving.wait_for(name, state, READY_DEADLINE_S)
+        with httpx.Client(base_url=serving.rest_url, timeout=10.0) as client:
             yield client, log
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        serving.stop(timeout_s=30)
 
 
 def test_server_replays_warmup_before_available(server: tuple[httpx.Client, Path]) -> None:

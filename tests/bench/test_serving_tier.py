@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import shutil
 import struct
-import subprocess
 import sys
 from pathlib import Path
 
@@ -37,7 +36,8 @@ from bench.serving_tier.workload import (
     write_grpc_body,
     write_rest_pool,
 )
-from tests.support import REPO, free_port, wait_until
+from tests.support import Process, free_port
+from tools.processes import run_to_exit
 
 DATA = Path(__file__).parent / "data"
 
@@ -292,31 +292,18 @@ class _NullServer:
 
     def __init__(self, tmp_path: Path) -> None:
         self.port = free_port()
-        self.log = tmp_path / "null-server.log"
-        with self.log.open("wb") as sink:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "bench.serving_tier", "null-server", f"--port={self.port}"],
-                cwd=REPO,
-                stdout=sink,
-                stderr=subprocess.STDOUT,
-            )
-        wait_until(
-            lambda: self.process.poll() is not None
-            or "ready" in self.log.read_text(errors="replace"),
-            60,
-            "the no-op gRPC server",
-        )
-        assert self.process.poll() is None, self.log.read_text(errors="replace")
+        command = [sys.executable, "-m", "bench.serving_tier", "null-server", f"--port={self.port}"]
+        self.process = Process(command, tmp_path / "null-server.log")
+        self.process.wait_for_log("ready", 60)
 
     def stop(self) -> None:
-        self.process.terminate()
-        self.process.wait(30)
+        self.process.stop(timeout_s=30)
 
 
 def test_the_python_load_generator_measures_real_calls(tmp_path: Path) -> None:
     server = _NullServer(tmp_path)
     try:
-        done = subprocess.run(
+        done = run_to_exit(
             [
                 sys.executable,
                 "-m",
@@ -327,12 +314,9 @@ def test_the_python_load_generator_measures_real_calls(tmp_path: Path) -> None:
                 "--duration=1",
                 "--warmup=0.2",
             ],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=90,
-            check=True,
+            timeout_s=90,
         )
+        assert done.returncode == 0, done.stderr
     finally:
         server.stop()
     result = json.loads(done.stdout.strip().splitlines()[-1])

@@ -7,7 +7,7 @@ Every body here is at least :data:`~serving.model_servers.http_rest_api_handler.
 :data:`~serving.model_servers.http_rest_api_handler.CODEC_OFFLOAD_OUTPUT_ELEMENTS` elements (encoded
 there too). Each case also states the status and a piece of the message it must get, so that two
 servers agreeing on a wrong answer fail too. Small bodies on the event loop against the same
-codec on another executor are compared in ``tests/serving/test_serving_rest.py``.
+codec on another executor are compared in ``tests/serving/test_rest.py``.
 
 Two real servers on 127.0.0.1 for the module; about 20 requests each, none over 1 MiB.
 """
@@ -43,10 +43,10 @@ class Servers:
 
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
-    limits = (f"--rest_api_max_body_bytes={MAX_BODY_BYTES}", f"--max_request_elements={MAX_ELEMENTS}")
+    limits = {"rest_api_max_body_bytes": MAX_BODY_BYTES, "max_request_elements": MAX_ELEMENTS}
     with (
-        running_example_server(tmp_path_factory.mktemp("workers"), *limits, "--rest_api_num_json_processes=1") as one,
-        running_example_server(tmp_path_factory.mktemp("threads"), *limits, "--rest_api_num_json_processes=0") as zero,
+        running_example_server(tmp_path_factory.mktemp("workers"), **limits, rest_api_num_json_processes=1) as one,
+        running_example_server(tmp_path_factory.mktemp("threads"), **limits, rest_api_num_json_processes=0) as zero,
     ):
         assert len(json_workers(one)) == 1 and json_workers(zero) == set()
         yield Servers(in_workers=one, in_threads=zero)

@@ -55,7 +55,7 @@ def fuzz(max_examples: int) -> settings:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ExampleServer]:
     # Bodies up to 8 MiB: the deep-nesting test below needs 4 MB.
-    with running_example_server(tmp_path_factory.mktemp("fuzz"), "--rest_api_max_body_bytes=8388608") as running:
+    with running_example_server(tmp_path_factory.mktemp("fuzz"), rest_api_max_body_bytes=8388608) as running:
         yield running
 
 

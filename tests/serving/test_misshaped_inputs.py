@@ -12,18 +12,13 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.support import running_serving, wait_until
+from tests.support import Serving
 
 
 @pytest.fixture(scope="module")
-def serving(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with running_serving(tmp_path_factory.mktemp("misshaped")) as url:
-        wait_until(
-            lambda: '"AVAILABLE"' in httpx.get(f"{url}/v1/models/digits", timeout=2).text,
-            120,
-            "the digits model to be AVAILABLE",
-        )
-        yield url
+def serving(example_serving: Serving) -> Iterator[str]:
+    example_serving.wait_available("digits")
+    yield example_serving.rest_url
 
 
 @pytest.mark.parametrize(

@@ -4,14 +4,12 @@ The servable is a stand-in for :class:`serving.servables.tensorflow.servable.Ser
 ``run_tensors`` seam (the Session interface), so batch formation, queue limits, deadlines and
 failures can be driven deterministically: a gate holds the batch thread busy while the next
 requests queue up. End-to-end batching through ``python -m serving`` is in
-``test_serving_batching_server.py``.
+``test_batching_server.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
@@ -30,7 +28,7 @@ from serving.model_servers.flags import parse_flags
 from serving.util.errors import Code, ServingError
 from serving.util.executor import BlockingExecutor
 from serving.util.metrics import ServingMetrics
-from tests.support import REPO
+from tools.processes import run_to_exit, serving_command
 
 _T = TypeVar("_T")
 FETCHES = ("y:0", "tag:0")
@@ -720,20 +718,8 @@ def test_a_bad_parameters_file_fails_start_up_in_one_line(tmp_path: Path) -> Non
     """Checked before TensorFlow loads: exit code 1 and TF Serving's message, fast."""
     path = tmp_path / "batching.config"
     path.write_text("max_batch_size { value: 0 }")
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "serving",
-            "--model_base_path=/models/m",
-            "--enable_batching",
-            f"--batching_parameters_file={path}",
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    done = run_to_exit(
+        serving_command(model_base_path="/models/m", enable_batching=True, batching_parameters_file=path)
     )
     assert done.returncode == 1
     assert done.stderr == "python -m serving: error: max_batch_size must be positive; was 0\n"

@@ -27,8 +27,9 @@ from tensorflow_serving.apis import (
     regression_pb2,
 )
 
+from tests.serving.serving_testlib import start_test_serving
 from tests.serving.tf_serving_testdata import export_testdata
-from tests.support import Proc, free_port, start_serving, wait_until
+from tests.support import Process
 
 READY_DEADLINE_S = 120.0
 RPC_TIMEOUT_S = 10.0
@@ -38,7 +39,7 @@ METRICS_PATH = "/monitoring/prometheus/metrics"
 
 @dataclass
 class Server:
-    proc: Proc
+    proc: Process
     rest: httpx.Client
     stub: prediction_service_pb2_grpc.PredictionServiceStub
 
@@ -62,21 +63,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     )
     monitoring = workdir / "monitoring.config"
     monitoring.write_text(f'prometheus_config {{ enable: true path: "{METRICS_PATH}" }}\n')
-    rest_port, grpc_port = free_port(), free_port()
-    proc = start_serving(
-        config,
-        rest_port,
-        grpc_port,
-        workdir / "server.log",
-        f"--monitoring_config_file={monitoring}",
-        "--tensorflow_intra_op_parallelism=1",
-        "--tensorflow_inter_op_parallelism=1",
-    )
-    rest = httpx.Client(base_url=f"http://127.0.0.1:{rest_port}", timeout=RPC_TIMEOUT_S)
-    channel = grpc.insecure_channel(f"127.0.0.1:{grpc_port}")
+    serving = start_test_serving(config, workdir / "server.log", monitoring_config_file=monitoring)
+    proc = serving.process
+    rest = httpx.Client(base_url=serving.rest_url, timeout=RPC_TIMEOUT_S)
+    channel = grpc.insecure_channel(serving.grpc_target)
     try:
-        wait_until(lambda: not proc.alive() or _available(rest), READY_DEADLINE_S, MODEL)
-        assert proc.alive(), proc.log()
+        proc.wait_ready(lambda: _available(rest), READY_DEADLINE_S, MODEL)
         grpc.channel_ready_future(channel).result(timeout=RPC_TIMEOUT_S)
         yield Server(proc, rest, prediction_service_pb2_grpc.PredictionServiceStub(channel))
     finally:

@@ -10,7 +10,6 @@ stubs; expected answers and messages are those of TF Serving's REST API doc, its
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -32,8 +31,9 @@ from tensorflow_serving.apis import (
     regression_pb2,
 )
 
+from tests.serving.serving_testlib import start_test_serving
 from tests.serving.tf_serving_testdata import HALF_PLUS_TWO_VERSION, classic_models_config, export_testdata
-from tests.support import Proc, free_port, wait_until
+from tests.support import Process
 
 READY_DEADLINE_S = 120.0
 RPC_TIMEOUT_S = 10.0
@@ -45,7 +45,7 @@ INVALID_ARGUMENT = grpc.StatusCode.INVALID_ARGUMENT
 
 @dataclass
 class Server:
-    proc: Proc
+    proc: Process
     rest: httpx.Client
     channel: grpc.Channel
     predict: prediction_service_pb2_grpc.PredictionServiceStub
@@ -72,32 +72,14 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     config_text = classic_models_config(root)
     config = workdir / "models.config"
     config.write_text(config_text)
-    rest_port, grpc_port = free_port(), free_port()
-    proc = Proc(
-        [
-            sys.executable,
-            "-m",
-            "serving",
-            f"--port={grpc_port}",
-            "--grpc_host=127.0.0.1",
-            f"--rest_api_port={rest_port}",
-            "--rest_api_host=127.0.0.1",
-            f"--model_config_file={config}",
-            # The config labels versions that are not loaded yet at start-up (a TF Serving trap).
-            "--allow_version_labels_for_unavailable_models",
-            "--tensorflow_intra_op_parallelism=1",
-            "--tensorflow_inter_op_parallelism=1",
-        ],
-        workdir / "server.log",
-    )
-    rest = httpx.Client(base_url=f"http://127.0.0.1:{rest_port}", timeout=RPC_TIMEOUT_S)
+    # The config labels versions that are not loaded yet at start-up (a TF Serving trap).
+    serving = start_test_serving(config, workdir / "server.log", allow_version_labels_for_unavailable_models=True)
+    proc = serving.process
+    rest = httpx.Client(base_url=serving.rest_url, timeout=RPC_TIMEOUT_S)
     # Clients of large responses raise their own receive limit (gRPC's default is 4 MB).
-    channel = grpc.insecure_channel(
-        f"127.0.0.1:{grpc_port}", options=[("grpc.max_receive_message_length", -1)]
-    )
+    channel = grpc.insecure_channel(serving.grpc_target, options=[("grpc.max_receive_message_length", -1)])
     try:
-        wait_until(lambda: not proc.alive() or _all_available(rest), READY_DEADLINE_S, "models")
-        assert proc.alive(), proc.log()
+        proc.wait_ready(lambda: _all_available(rest), READY_DEADLINE_S, "models")
         grpc.channel_ready_future(channel).result(timeout=RPC_TIMEOUT_S)
         yield Server(
             proc,

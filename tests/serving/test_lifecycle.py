@@ -15,8 +15,6 @@ from __future__ import annotations
 import json
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -25,8 +23,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.serving.serving_process import ServingProcess, models_config
-from tests.support import REPO, free_port, wait_until
+from tests.serving.serving_testlib import models_config, start_test_serving
+from tests.support import Serving, free_port, wait_until
+from tools.processes import run_to_exit, serving_command
 
 LOAD_CLIENTS = 4
 MAX_LOAD_REQUESTS = 2000
@@ -80,16 +79,14 @@ def models(serving_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
 
 
 @pytest.fixture
-def server(models: Path, tmp_path: Path) -> Iterator[ServingProcess]:
-    process = ServingProcess(
-        models / "models.config", tmp_path / "server.log", "--rest_api_num_threads=8"
-    )
+def server(models: Path, tmp_path: Path) -> Iterator[Serving]:
+    process = start_test_serving(models / "models.config", tmp_path / "server.log", rest_api_num_threads=8)
     try:
         process.wait_for_states("gate", {1: "AVAILABLE"})
         process.wait_for_states("half_plus_two", {1: "AVAILABLE"})
         yield process
     finally:
-        process.stop(signal.SIGKILL)
+        process.process.kill()
 
 
 def http_request(method: str, path: str, body: bytes = b"") -> tuple[bytes, bytes]:
@@ -120,13 +117,13 @@ def read_response(sock: socket.socket, buffer: bytearray) -> tuple[int, bytes]:
     return int(lines[0].split()[1]), rest[:length]
 
 
-def block_in_gate(server: ServingProcess) -> tuple[threading.Thread, list[httpx.Response]]:
+def block_in_gate(server: Serving) -> tuple[threading.Thread, list[httpx.Response]]:
     """A REST request to ``gate``'s ``wait`` signature, on its own thread, returned once it is
     blocked inside ``Session.run``; its response is appended to the list when released."""
     waited: list[httpx.Response] = []
 
     def wait_request() -> None:
-        with httpx.Client(base_url=server.base_url, timeout=WAIT_S) as http:
+        with httpx.Client(base_url=server.rest_url, timeout=WAIT_S) as http:
             body = {"signature_name": "wait", "instances": [7.0]}
             waited.append(http.post("/v1/models/gate:predict", json=body))
 
@@ -135,21 +132,22 @@ def block_in_gate(server: ServingProcess) -> tuple[threading.Thread, list[httpx.
 
     def arrivals() -> int:
         body = {"signature_name": "arrivals", "instances": [0.0]}
-        response = server.client.post("/v1/models/gate:predict", json=body)
+        response = httpx.post(f"{server.rest_url}/v1/models/gate:predict", json=body, timeout=10.0)
         return int(response.json()["predictions"][0])
 
     wait_until(lambda: arrivals() == 1, WAIT_S, "the wait request inside the model")
     return waiter, waited
 
 
-def test_sigterm_finishes_in_flight_requests_and_exits_zero(server: ServingProcess) -> None:
+@pytest.mark.http_hardening  # the shutdown of its REST connections
+def test_sigterm_finishes_in_flight_requests_and_exits_zero(server: Serving) -> None:
     # 1. Load on another model, bounded in count and time; each outcome is kept.
     stop_load = threading.Event()
     outcomes: list[list[str]] = [[] for _ in range(LOAD_CLIENTS)]
 
     def load(outcome: list[str]) -> None:
         deadline = time.monotonic() + WAIT_S
-        with httpx.Client(base_url=server.base_url, timeout=10.0) as http:
+        with httpx.Client(base_url=server.rest_url, timeout=10.0) as http:
             for _ in range(MAX_LOAD_REQUESTS):
                 if stop_load.is_set() or time.monotonic() > deadline:
                     return
@@ -192,7 +190,7 @@ def test_sigterm_finishes_in_flight_requests_and_exits_zero(server: ServingProce
             return False
 
         wait_until(refused, WAIT_S, "the listener to close")
-        assert server.process.poll() is None and not waited  # still draining
+        assert server.process.alive() and not waited  # still draining
 
         # 5. Release: both in-flight requests finish, then the process exits 0.
         pending.sendall(release_body)
@@ -220,6 +218,7 @@ def test_sigterm_finishes_in_flight_requests_and_exits_zero(server: ServingProce
 SHUTDOWN_BODY_S = 1.0  # --rest_api_shutdown_body_read_timeout_in_ms in the test below
 
 
+@pytest.mark.http_hardening  # the shutdown of its REST connections
 def test_sigterm_closes_a_trickling_body_and_finishes_the_request_in_flight(
     models: Path, tmp_path: Path
 ) -> None:
@@ -231,12 +230,12 @@ def test_sigterm_closes_a_trickling_body_and_finishes_the_request_in_flight(
     from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
     grpc_port = free_port()
-    server = ServingProcess(
+    server = start_test_serving(
         models / "models.config",
         tmp_path / "server.log",
-        f"--port={grpc_port}",
-        "--rest_api_body_read_timeout_in_ms=0",
-        f"--rest_api_shutdown_body_read_timeout_in_ms={int(SHUTDOWN_BODY_S * 1000)}",
+        port=grpc_port,
+        rest_api_body_read_timeout_in_ms=0,
+        rest_api_shutdown_body_read_timeout_in_ms=int(SHUTDOWN_BODY_S * 1000),
     )
     channel = grpc.insecure_channel(f"127.0.0.1:{grpc_port}")
     trickler = socket.socket()
@@ -280,7 +279,7 @@ def test_sigterm_closes_a_trickling_body_and_finishes_the_request_in_flight(
         # 4. The request in the model is still being waited for, past that timeout. REST drains
         # before gRPC stops (server.run), so gRPC can release it.
         time.sleep(0.5)
-        assert server.process.poll() is None and not waited
+        assert server.process.alive() and not waited
         request = predict_pb2.PredictRequest()
         request.model_spec.name = "gate"
         request.model_spec.signature_name = "release"
@@ -294,18 +293,7 @@ def test_sigterm_closes_a_trickling_body_and_finishes_the_request_in_flight(
         stop_trickling.set()
         trickler.close()
         channel.close()
-        server.stop(signal.SIGKILL)
-
-
-def run_serving(*flags: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "serving", *flags],
-        cwd=REPO,
-        capture_output=True,
-        check=False,
-        text=True,
-        timeout=60,
-    )
+        server.process.kill()
 
 
 def test_labels_on_unloaded_versions_fail_start_up_without_the_flag(
@@ -317,7 +305,7 @@ def test_labels_on_unloaded_versions_fail_start_up_without_the_flag(
             [("multi", serving_model_dir / "multi", 'version_labels { key: "stable" value: 1 }')]
         )
     )
-    result = run_serving(f"--rest_api_port={free_port()}", f"--model_config_file={config}")
+    result = run_to_exit(serving_command(rest_api_port=free_port(), model_config_file=config))
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
         "python -m serving: error: Request to assign label to version 1 of model multi, which "
@@ -334,7 +322,7 @@ def test_labels_on_unloaded_versions_fail_start_up_without_the_flag(
     ],
 )
 def test_bad_lifecycle_flags_fail_with_one_line(flag: str) -> None:
-    result = run_serving(flag, "--model_base_path=/models/x")
+    result = run_to_exit(serving_command(model_base_path="/models/x", extra=[flag]))
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and flag.split("=")[0] in lines[0], result.stderr

@@ -225,7 +225,7 @@ def test_empty_body(client: AppClient) -> None:
 
 def test_classify_and_regress(client: AppClient) -> None:
     # A predict signature (x -> y) has no "inputs" input: refused by its layout, since the
-    # method-name check is off by default (tests/serving/test_serving_conformance.py has more).
+    # method-name check is off by default (tests/serving/test_conformance.py has more).
     response = client.post("/v1/models/half_plus_two:classify", json={"examples": [{"x": 1.0}]})
     assert response.status_code == 400
     assert response.json()["error"].startswith("No classification inputs found in SignatureDef: ")
@@ -355,7 +355,7 @@ LARGE_PADDING = b" " * CODEC_OFFLOAD_BODY_BYTES
 
 def offloading_app(manager: ServableManager, executor: BlockingExecutor) -> ASGIApp:
     """The app with a codec executor (the request threads here; the server's worker processes
-    are tested in tests/serving/test_serving_json_processes.py)."""
+    are tested in tests/serving/test_json_processes.py)."""
     inference = InferenceRunner(manager, executor)
     return create_app(
         Predictor(manager, executor), manager, inference=inference, timeout_ms=30000, codec_executor=executor

@@ -1,6 +1,6 @@
 """The gRPC front end's server settings: flags, message limits, UNIX socket, start-up errors.
 
-TF Serving's answers over gRPC are in test_serving_conformance.py. This module starts a gRPC-only
+TF Serving's answers over gRPC are in test_conformance.py. This module starts a gRPC-only
 server (``--rest_api_port=0``) with non-default flags and checks what they change; the pure parts
 (flag parsing, server arguments, the deadline -> Session timeout rule) are tested directly.
 """
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +30,8 @@ from serving.model_servers.grpc_server import server_arguments, server_credentia
 from serving.model_servers.prediction_service_impl import session_timeout_ms
 from serving.protos.tensorflow_serving.config.ssl_config_pb2 import SSLConfig
 from serving.util.errors import Code, ServingError
-from tests.support import REPO, Proc, free_port, wait_until
+from tests.support import Process
+from tools.processes import run_to_exit, serving_command, start_serving
 
 READY_DEADLINE_S = 120.0
 RPC_TIMEOUT_S = 10.0
@@ -100,7 +100,7 @@ def test_session_timeout_is_the_deadline_rounded_up_to_a_power_of_two(
 
 @dataclass
 class GrpcOnlyServer:
-    proc: Proc
+    proc: Process
     port: int
     socket_path: Path
     channel: grpc.Channel
@@ -126,29 +126,21 @@ def server(
     serving_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[GrpcOnlyServer]:
     workdir = tmp_path_factory.mktemp("grpc")
-    port = free_port()
     socket_path = workdir / "grpc.sock"
-    proc = Proc(
-        [
-            sys.executable,
-            "-m",
-            "serving",
-            f"--port={port}",
-            "--grpc_host=127.0.0.1",
-            "--rest_api_port=0",
-            f"--grpc_socket_path={socket_path}",
-            "--grpc_response_tensor_content",
-            f"--grpc_channel_arguments=grpc.max_receive_message_length={RECEIVE_LIMIT}",
-            "--model_name=half_plus_two",
-            f"--model_base_path={serving_model_dir / 'half_plus_two'}",
-        ],
+    serving = start_serving(
         workdir / "server.log",
+        rest_api_port=0,
+        grpc_socket_path=socket_path,
+        grpc_response_tensor_content=True,
+        grpc_channel_arguments=f"grpc.max_receive_message_length={RECEIVE_LIMIT}",
+        model_name="half_plus_two",
+        model_base_path=serving_model_dir / "half_plus_two",
     )
-    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    proc = serving.process
+    channel = grpc.insecure_channel(serving.grpc_target)
     try:
-        wait_until(lambda: not proc.alive() or _available(channel), READY_DEADLINE_S, "model")
-        assert proc.alive(), proc.log()
-        yield GrpcOnlyServer(proc, port, socket_path, channel)
+        proc.wait_ready(lambda: _available(channel), READY_DEADLINE_S, "model")
+        yield GrpcOnlyServer(proc, serving.grpc_port, socket_path, channel)
     finally:
         channel.close()
         proc.stop()
@@ -188,21 +180,15 @@ def test_channel_arguments_lower_the_receive_limit(server: GrpcOnlyServer) -> No
 def test_busy_grpc_port_fails_start_up_with_one_line(
     server: GrpcOnlyServer, serving_model_dir: Path
 ) -> None:
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "serving",
-            f"--port={server.port}",
-            "--grpc_host=127.0.0.1",
-            "--rest_api_port=0",
-            "--model_name=half_plus_two",
-            f"--model_base_path={serving_model_dir / 'half_plus_two'}",
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    result = run_to_exit(
+        serving_command(
+            port=server.port,
+            grpc_host="127.0.0.1",
+            rest_api_port=0,
+            model_name="half_plus_two",
+            model_base_path=serving_model_dir / "half_plus_two",
+        ),
+        timeout_s=120,
     )
     assert result.returncode == 1
     last = result.stderr.strip().splitlines()[-1]
@@ -213,13 +199,7 @@ def test_busy_grpc_port_fails_start_up_with_one_line(
 
 
 def test_malformed_channel_arguments_fail_fast() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "serving", "--model_base_path=/m", "--grpc_channel_arguments=x"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = run_to_exit(serving_command(model_base_path="/m", grpc_channel_arguments="x"))
     assert result.returncode == 2
     assert result.stderr.strip() == (
         "python -m serving: error: --grpc_channel_arguments: expected key=value, got 'x'"
@@ -270,26 +250,18 @@ def test_tls_with_ssl_config_file(serving_model_dir: Path, tmp_path: Path) -> No
     key, cert = _self_signed(tmp_path)
     ssl_config = tmp_path / "ssl.config"
     ssl_config.write_text(text_format.MessageToString(SSLConfig(server_key=key, server_cert=cert)))
-    port = free_port()
-    proc = Proc(
-        [
-            sys.executable,
-            "-m",
-            "serving",
-            f"--port={port}",
-            "--grpc_host=127.0.0.1",
-            "--rest_api_port=0",
-            f"--ssl_config_file={ssl_config}",
-            "--model_name=half_plus_two",
-            f"--model_base_path={serving_model_dir / 'half_plus_two'}",
-        ],
+    serving = start_serving(
         tmp_path / "server.log",
+        rest_api_port=0,
+        ssl_config_file=ssl_config,
+        model_name="half_plus_two",
+        model_base_path=serving_model_dir / "half_plus_two",
     )
+    proc, port = serving.process, serving.grpc_port
     credentials = grpc.ssl_channel_credentials(root_certificates=cert.encode())
     secure = grpc.secure_channel(f"127.0.0.1:{port}", credentials)
     try:
-        wait_until(lambda: not proc.alive() or _available(secure), READY_DEADLINE_S, "TLS model")
-        assert proc.alive(), proc.log()
+        proc.wait_ready(lambda: _available(secure), READY_DEADLINE_S, "TLS model")
         response = _predict(secure, np.array([2.0], np.float32))
         np.testing.assert_array_equal(tf.make_ndarray(response.outputs["y"]), [3.0])
         with grpc.insecure_channel(f"127.0.0.1:{port}") as plaintext:

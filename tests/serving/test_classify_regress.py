@@ -1,6 +1,6 @@
 """Classify/Regress: the pure signature checks and result checks, and the REST JSON codec.
 
-End-to-end answers (real models, REST and gRPC) are in test_serving_conformance.py; here are the
+End-to-end answers (real models, REST and gRPC) are in test_conformance.py; here are the
 cases a well-formed model never produces (wrong output shapes and dtypes) and the JSON -> tf.Example
 encoding byte for byte.
 """

@@ -20,6 +20,8 @@ import pytest
 from tests.serving.example_server import FRAUD_ROW, ExampleServer, running_example_server
 from tests.support import wait_until
 
+pytestmark = pytest.mark.http_hardening  # on uvicorn's internals: .ci/run runs these on its newest release too
+
 BUDGET = 4 * 1024 * 1024
 LARGE = 1024 * 1024  # the default --rest_api_max_body_bytes: four of them fill the budget
 PREDICT = "/v1/models/fraud:predict"
@@ -27,9 +29,8 @@ PREDICT = "/v1/models/fraud:predict"
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ExampleServer]:
-    with running_example_server(
-        tmp_path_factory.mktemp("buffered"), f"--rest_api_max_buffered_body_bytes={BUDGET}"
-    ) as running:
+    workdir = tmp_path_factory.mktemp("buffered")
+    with running_example_server(workdir, rest_api_max_buffered_body_bytes=BUDGET) as running:
         yield running
 
 
@@ -114,7 +115,7 @@ def test_full_budget_refuses_large_bodies_and_serves_small_ones(server: ExampleS
 def test_memory_of_stalled_bodies_is_given_back(tmp_path: Path) -> None:
     """300 stalled 1 MiB bodies (a 512 MiB budget) grow the server by some 300 MB; once their
     clients are gone the heap is trimmed and RSS comes back (without the trim it stayed)."""
-    with running_example_server(tmp_path, f"--rest_api_max_buffered_body_bytes={512 * LARGE}") as server:
+    with running_example_server(tmp_path, rest_api_max_buffered_body_bytes=512 * LARGE) as server:
         time.sleep(0.5)
         before = server.rss_bytes()
         stalled = []

@@ -87,8 +87,8 @@ def assert_small_requests_answered(server: ExampleServer, count: int) -> None:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ExampleServer]:
-    flag = f"--rest_api_max_body_bytes={MAX_BODY_BYTES}"
-    with running_example_server(tmp_path_factory.mktemp("json-processes"), flag) as running:
+    workdir = tmp_path_factory.mktemp("json-processes")
+    with running_example_server(workdir, rest_api_max_body_bytes=MAX_BODY_BYTES) as running:
         yield running
 
 
@@ -135,13 +135,12 @@ def test_a_worker_killed_mid_request_fails_that_request_and_is_replaced(server: 
 
 
 def test_shutdown_answers_the_large_request_in_flight_and_ends_the_workers(tmp_path: Path) -> None:
-    flag = f"--rest_api_max_body_bytes={MAX_BODY_BYTES}"
-    with running_example_server(tmp_path, flag) as server:
+    with running_example_server(tmp_path, rest_api_max_body_bytes=MAX_BODY_BYTES) as server:
         (worker,) = worker_pids(server)
         deep = post_deep_body_and_wait_for_its_decoding(server, worker)
-        server.proc.popen.send_signal(signal.SIGTERM)
+        server.proc.send_signal(signal.SIGTERM)
         response = deep.answer()
-        assert server.proc.popen.wait(LARGE_TIMEOUT_S) == 0, server.proc.log()
+        assert server.proc.wait(LARGE_TIMEOUT_S) == 0, server.proc.log()
     assert response.status_code == 200 and len(response.json()["predictions"]) == 1, response.text
     wait_until(lambda: not Path(f"/proc/{worker}").exists(), 10.0, "the worker gone")
 

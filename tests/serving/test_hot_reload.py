@@ -24,9 +24,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.serving.serving_process import DEADLINE_S, ServingProcess, models_config, write_atomically
-from tests.support import wait_until
+from tests.serving.serving_testlib import models_config, start_test_serving, write_atomically
+from tests.support import Serving, wait_until
 
+DEADLINE_S = 90.0
 CLIENTS = 8
 MAX_REQUESTS_PER_CLIENT = 3000
 LOAD_DEADLINE_S = 60.0
@@ -49,14 +50,14 @@ def config_file(models: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(config_file: Path, models: Path) -> Iterator[ServingProcess]:
-    process = ServingProcess(
+def server(config_file: Path, models: Path) -> Iterator[Serving]:
+    process = start_test_serving(
         config_file,
         models / "server.log",
-        "--file_system_poll_wait_seconds=1",
-        "--model_config_file_poll_wait_seconds=1",
-        "--max_num_load_retries=0",
-        "--rest_api_num_threads=4",
+        file_system_poll_wait_seconds=1,
+        model_config_file_poll_wait_seconds=1,
+        max_num_load_retries=0,
+        rest_api_num_threads=4,
     )
     try:
         process.wait_for_states("swap", {1: "AVAILABLE"})
@@ -91,12 +92,12 @@ def run_client(base_url: str, client: Client, stop: threading.Event) -> None:
 
 
 def test_version_swap_under_load_fails_no_request(
-    server: ServingProcess, models: Path, serving_model_dir: Path
+    server: Serving, models: Path, serving_model_dir: Path
 ) -> None:
     stop = threading.Event()
     clients = [Client() for _ in range(CLIENTS)]
     threads = [
-        threading.Thread(target=run_client, args=(server.base_url, client, stop))
+        threading.Thread(target=run_client, args=(server.rest_url, client, stop))
         for client in clients
     ]
     for thread in threads:
@@ -133,17 +134,17 @@ def test_version_swap_under_load_fails_no_request(
     assert "Done unloading servable version {name: swap version: 1}" in server.log()
 
 
-def predict(server: ServingProcess, path: str) -> httpx.Response:
-    return server.client.post(f"/v1/models/{path}:predict", json={"instances": [2.0]})
+def predict(server: Serving, path: str) -> httpx.Response:
+    return httpx.post(f"{server.rest_url}/v1/models/{path}:predict", json={"instances": [2.0]}, timeout=10.0)
 
 
-def answers(server: ServingProcess, path: str, expected: float) -> bool:
+def answers(server: Serving, path: str, expected: float) -> bool:
     response = predict(server, path)
     return response.status_code == 200 and response.json()["predictions"] == [expected]
 
 
 def test_config_file_reload_adds_models_and_moves_labels(
-    server: ServingProcess, config_file: Path, models: Path
+    server: Serving, config_file: Path, models: Path
 ) -> None:
     swap = ("swap", models / "swap", "")
     every_version = "model_version_policy { all {} }"

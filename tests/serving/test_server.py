@@ -7,9 +7,6 @@ the last test stops it with SIGTERM and checks the exit code.
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,42 +15,23 @@ import httpx
 import pytest
 
 from tests.serving.serving_testlib import models_config_text
-from tests.support import REPO, free_port
+from tests.support import Process, Serving, free_port
+from tools.processes import run_to_exit, serving_command, start_serving
 
 READY_DEADLINE_S = 90.0
 
 
 @dataclass
 class Server:
-    process: subprocess.Popen[bytes]
-    base_url: str
-    log: Path
+    serving: Serving
     client: httpx.Client
 
+    @property
+    def process(self) -> Process:
+        return self.serving.process
+
     def output(self) -> str:
-        return self.log.read_text(errors="replace")
-
-
-def _serving_command(*flags: str) -> list[str]:
-    return [sys.executable, "-m", "serving", *flags]
-
-
-def _wait_until(server: Server, model: str, states: set[str]) -> None:
-    """Poll GET /v1/models/{model} until some version is in one of ``states``."""
-    deadline = time.monotonic() + READY_DEADLINE_S
-    while time.monotonic() < deadline:
-        if server.process.poll() is not None:
-            pytest.fail(f"server exited with {server.process.returncode}:\n{server.output()}")
-        try:
-            response = server.client.get(f"/v1/models/{model}")
-        except httpx.TransportError:
-            response = None
-        if response is not None and response.status_code == 200:
-            found = {v["state"] for v in response.json()["model_version_status"]}
-            if found & states:
-                return
-        time.sleep(0.05)
-    pytest.fail(f"model {model} not in {states} after {READY_DEADLINE_S}s:\n{server.output()}")
+        return self.serving.log(None)
 
 
 @pytest.fixture(scope="module")
@@ -61,44 +39,26 @@ def server(serving_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
     workdir = tmp_path_factory.mktemp("server")
     config = workdir / "models.config"
     config.write_text(models_config_text(serving_model_dir))
-    port = free_port()
-    log = workdir / "server.log"
-    with log.open("wb") as sink:
-        process = subprocess.Popen(
-            _serving_command(
-                f"--port={free_port()}",
-                f"--rest_api_port={port}",
-                "--rest_api_host=127.0.0.1",
-                f"--model_config_file={config}",
-                "--rest_api_num_threads=4",
-                "--tensorflow_intra_op_parallelism=1",
-                "--tensorflow_inter_op_parallelism=1",
-                # The config labels versions of "multi" before they are loaded (TF Serving's
-                # rule), and "broken" should end at once rather than after 5 retries a minute
-                # apart (TF Serving's defaults).
-                "--allow_version_labels_for_unavailable_models",
-                "--max_num_load_retries=0",
-            ),
-            cwd=REPO,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-        )
-    base_url = f"http://127.0.0.1:{port}"
-    with httpx.Client(base_url=base_url, timeout=10.0) as client:
-        running = Server(process, base_url, log, client)
+    serving = start_serving(
+        workdir / "server.log",
+        model_config_file=config,
+        rest_api_num_threads=4,
+        tensorflow_intra_op_parallelism=1,
+        tensorflow_inter_op_parallelism=1,
+        # The config labels versions of "multi" before they are loaded (TF Serving's
+        # rule), and "broken" should end at once rather than after 5 retries a minute
+        # apart (TF Serving's defaults).
+        allow_version_labels_for_unavailable_models=True,
+        max_num_load_retries=0,
+    )
+    with httpx.Client(base_url=serving.rest_url, timeout=10.0) as client:
         try:
-            for model in ("half_plus_two", "keras_half_plus_two", "multi", "strings"):
-                _wait_until(running, model, {"AVAILABLE"})
-            _wait_until(running, "broken", {"END"})
-            yield running
+            models = ("half_plus_two", "keras_half_plus_two", "multi", "strings")
+            serving.wait_available(*models, timeout_s=READY_DEADLINE_S)
+            serving.wait_for("broken", "END", READY_DEADLINE_S)
+            yield Server(serving, client)
         finally:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-                try:
-                    process.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
+            serving.stop(timeout_s=30)
 
 
 def test_status_is_tf_serving_json(server: Server) -> None:
@@ -284,19 +244,12 @@ def test_sigterm_exits_zero(server: Server) -> None:
     """Runs last in this module: it stops the module's server."""
     server.client.post("/v1/models/half_plus_two:predict", json={"instances": [1.0]})
     server.process.send_signal(signal.SIGTERM)
-    assert server.process.wait(timeout=30) == 0, server.output()
+    assert server.process.wait(30) == 0, server.output()
     assert "Server stopped" in server.output()
 
 
 def test_bad_flag_fails_with_one_line() -> None:
-    result = subprocess.run(
-        _serving_command("--no_such_flag=1", "--model_base_path=/models/x"),
-        cwd=REPO,
-        capture_output=True,
-        check=False,
-        text=True,
-        timeout=60,
-    )
+    result = run_to_exit(serving_command(no_such_flag=1, model_base_path="/models/x"))
     assert result.returncode != 0
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
@@ -324,14 +277,7 @@ def test_bad_config_file_fails_with_one_line(
 ) -> None:
     config = tmp_path / "models.config"
     config.write_text(config_text)
-    result = subprocess.run(
-        _serving_command(f"--rest_api_port={free_port()}", f"--model_config_file={config}"),
-        cwd=REPO,
-        capture_output=True,
-        check=False,
-        text=True,
-        timeout=60,
-    )
+    result = run_to_exit(serving_command(rest_api_port=free_port(), model_config_file=config))
     assert result.returncode != 0
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr

@@ -32,6 +32,8 @@ from serving.util.request_limits import MAX_URI_BYTES, RequestLimits
 from tests.serving.example_server import FRAUD_ROW, ExampleServer, running_example_server
 from tests.support import wait_until
 
+pytestmark = pytest.mark.http_hardening  # on uvicorn's internals: .ci/run runs these on its newest release too
+
 MAX_BODY = 64 * 1024
 MAX_HEAD = 8 * 1024
 READ_TIMEOUT_S = 1.0
@@ -77,10 +79,10 @@ class WellBehavedClient:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ExampleServer]:
     with running_example_server(
         tmp_path_factory.mktemp("limits"),
-        f"--rest_api_max_body_bytes={MAX_BODY}",
-        f"--rest_api_max_header_bytes={MAX_HEAD}",
-        f"--rest_api_body_read_timeout_in_ms={int(READ_TIMEOUT_S * 1000)}",
-        f"--max_request_elements={MAX_ELEMENTS}",
+        rest_api_max_body_bytes=MAX_BODY,
+        rest_api_max_header_bytes=MAX_HEAD,
+        rest_api_body_read_timeout_in_ms=int(READ_TIMEOUT_S * 1000),
+        max_request_elements=MAX_ELEMENTS,
     ) as running:
         yield running
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import subprocess
-import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -24,7 +22,7 @@ from serving.servables.tensorflow.monitored import (
 )
 from serving.util.errors import Code, ServingError
 from serving.util.metrics import API_LABELS, ServingMetrics, exponential_buckets
-from tests.support import REPO
+from tools.processes import run_to_exit, serving_command
 
 
 def _samples(metrics: ServingMetrics) -> dict[str, str]:
@@ -378,20 +376,7 @@ def test_bad_monitoring_config_is_invalid_argument(tmp_path: Path, text: str, st
 def test_a_bad_monitoring_config_fails_start_up_in_one_line(tmp_path: Path) -> None:
     path = tmp_path / "monitoring.config"
     path.write_text('prometheus_config { enable: true path: "metrics" }')
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "serving",
-            "--model_base_path=/models/m",
-            f"--monitoring_config_file={path}",
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = run_to_exit(serving_command(model_base_path="/models/m", monitoring_config_file=path))
     assert done.returncode == 1
     assert done.stderr.count("\n") == 1
     assert done.stderr.startswith("python -m serving: error: prometheus_config.path must start")

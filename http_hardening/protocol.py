@@ -1,0 +1,432 @@
+"""uvicorn's httptools HTTP/1.1 protocol with the limits a public endpoint needs.
+
+uvicorn's protocol bounds nothing before a request reaches the app: no head size or time,
+no time for a connection that never sends, and an answer sent before the request's body was
+read is followed by a close that resets the client's connection (or, kept alive, by reading
+the body without bound). `HardenedHttpProtocol` is
+`uvicorn.protocols.http.httptools_impl.HttpToolsProtocol` (what uvicorn runs by default)
+plus, per connection (`HttpLimits` has the numbers):
+
+- **Head size.** A request target over `max_target_bytes` is answered 414; more than
+  `max_header_fields` fields, a field over `max_header_field_size` or a head over
+  `max_header_bytes` 431, before the app sees anything. The bytes of a head are counted
+  before they reach the parser, which is fed no more of a head than the limit: a huge
+  header costs at most one read past it. (A head that begins in the read that completes a
+  pipelined request is counted from the next read.)
+- **Head time.** A request's head must be complete `header_timeout_s` after its first byte,
+  else 408 (slowloris). A connection without a request in progress closes after uvicorn's
+  keep-alive timeout, including one that never sends a byte (uvicorn arms that timer only
+  after a first response).
+- **Answers sent before the body was read** (the refusals here, and the app's, e.g. 413):
+  the connection stops parsing, sends its FIN after the answer and reads and discards what
+  the client still sends, for at most `linger_s` and `linger_max_bytes`, then closes
+  ("lingering close", as Apache, nginx and Go's net/http do). Closing at once, with the body
+  unread in the socket, makes the kernel reset the connection, and a client that sends its
+  whole body before reading (urllib, http.client) gets "connection reset" or "broken pipe"
+  instead of the answer; keeping it open as uvicorn does with keep-alive clients reads an
+  unbounded body.
+- **Graceful shutdown** (`shutdown`, which uvicorn calls on every connection once it stops
+  accepting). uvicorn closes every connection without a request in progress at once; a
+  request its client sent just before or after, unread or still on the wire, then meets a
+  closed connection and is reset, unanswered. With `shutdown_drain_s` such a connection
+  stays open that long: every request that starts after shutdown began is answered with
+  `Connection: close`, and a connection still idle when the window ends is closed then
+  (unless bytes are waiting, `FIONREAD`). Go's net/http `Shutdown` and nginx's graceful
+  shutdown close idle keep-alive connections at once, leaving the race to the client;
+  Envoy drains: while draining it answers HTTP/1.1 requests with `Connection: close`, and
+  for HTTP/2 keeps accepting streams for `drain_timeout` after its first GOAWAY. With
+  `shutdown_body_timeout_s`, a request still receiving its body that long after shutdown
+  began is answered 503 and closed (its app sees the client disconnect), so a client
+  trickling a body cannot hold the shutdown; requests that have their body finish.
+
+A refusal is answered in the tier's error shape (`error_answer`, which each tier's subclass
+writes and where it counts the refusal) with `Connection: close`. A subclass may also track
+its connections (`admit_connection`, `connection_idle`, `connection_busy`,
+`connection_lingering`, `connection_gone`; `close_now` closes one), as the API's per-worker
+connection cap does.
+
+**uvicorn internals.** This module is the one place either tier relies on uvicorn's
+internals; they were read from uvicorn 0.54.0 (`uvicorn/protocols/http/httptools_impl.py`,
+`uvicorn/server.py`), the range `pyproject.toml` pins, and `.ci/run` runs the hardening
+tests (`pytest -m http_hardening`) against uvicorn's newest release to catch a change:
+
+- `HttpToolsProtocol`'s constructor arguments `(config, server_state, app_state, _loop)`,
+  and `STATUS_LINE` (status code -> `b"HTTP/1.1 <code> <phrase>\\r\\n"`);
+- the methods overridden here and when uvicorn calls them: `connection_made`,
+  `connection_lost`, `data_received` (replaced: `_feed` repeats its body, including the 400
+  for a malformed request and the WebSocket upgrade: `send_400_response`, `_should_upgrade`,
+  `handle_websocket_upgrade`, `_unsupported_upgrade_warning`), the httptools callbacks
+  `on_message_begin`, `on_url`, `on_header`, `on_headers_complete`, `on_message_complete`,
+  `on_response_complete` (the cycle's `on_response`), and `shutdown` (called by
+  `Server.shutdown` on each of `server_state.connections`, which it then waits to empty);
+- the attributes `parser` (`feed_data`), `url` and `headers` (the head parsed so far,
+  reset by `on_message_begin`), `cycle` (the last request parsed, a `RequestResponseCycle`:
+  `more_body`, `disconnected`, `response_started`, `response_complete`, `keep_alive`,
+  `message_event`, and `transport`, which is swapped for `_CycleTransport`: the cycle calls
+  its `write`, `is_closing`, `close` and `get_extra_info`), `pipeline` (the requests parsed
+  while an earlier one is answered), `flow` (`resume_reading`), `transport`, `loop`,
+  `logger`, `timeout_keep_alive`, `timeout_keep_alive_task`, `timeout_keep_alive_handler`,
+  `_unset_keepalive_if_required`, and `server_state.default_headers` and
+  `server_state.total_requests`;
+- behaviour: the cycle closes its transport after a response when `keep_alive` is False (a
+  `connection: close` response header sets it); a cycle marked `disconnected` drops what the
+  app sends and makes `receive()` return `http.disconnect` once `message_event` is set;
+  `eof_received` returns None, so the transport closes itself at the client's FIN.
+"""
+
+from __future__ import annotations
+
+import array
+import asyncio
+import fcntl
+import termios
+from collections.abc import Callable
+from typing import Any
+
+import httptools
+from uvicorn.config import Config
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.server import ServerState
+
+from http_hardening.limits import ErrorAnswer, HttpLimits, Refusal
+
+__all__ = ["HardenedHttpProtocol", "unread_bytes"]
+
+#: While a pipelined request receives its body at shutdown and the one before it is still
+#: answered, how often the shutdown's body timeout looks again, seconds.
+_PIPELINED_RECHECK_S = 0.1
+
+
+class _Refused(Exception):
+    """Raised from a parser callback to stop parsing and answer `refusal`."""
+
+    def __init__(self, refusal: Refusal) -> None:
+        super().__init__(refusal)
+        self.refusal = refusal
+
+
+class _CycleTransport:
+    """The transport a request's response cycle writes to: the connection's, except that
+    closing it after an early answer lingers (see module doc)."""
+
+    __slots__ = ("close", "get_extra_info", "is_closing", "write")
+
+    def __init__(self, transport: asyncio.Transport, close: Callable[[], None]) -> None:
+        self.write = transport.write
+        self.is_closing = transport.is_closing
+        self.get_extra_info = transport.get_extra_info
+        self.close = close
+
+
+def unread_bytes(transport: asyncio.BaseTransport) -> int:
+    """Bytes the kernel holds for this TCP connection that nobody has read yet (FIONREAD);
+    0 when the transport has no socket or the ioctl fails."""
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return 0
+    count = array.array("i", [0])
+    try:
+        fcntl.ioctl(sock.fileno(), termios.FIONREAD, count)
+    except (OSError, ValueError):
+        return 0
+    return count[0]
+
+
+class HardenedHttpProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with head limits and timeouts, idle and lingering close
+    and a bounded graceful shutdown (module doc).
+
+    A tier subclasses it to write its refusals' answers (`error_answer`, required) and,
+    optionally, to track its connections. uvicorn builds one per connection from a factory:
+    `uvicorn.Config(http=functools.partial(Subclass, limits=...))`.
+
+    Args:
+        config, server_state, app_state, _loop: as uvicorn passes them.
+        limits: this connection's limits.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        server_state: ServerState,
+        app_state: dict[str, Any],
+        _loop: asyncio.AbstractEventLoop | None = None,
+        *,
+        limits: HttpLimits,
+    ) -> None:
+        super().__init__(config, server_state, app_state, _loop)
+        self.http_limits = limits
+        self._in_head = True  # no request head complete since the last message ended
+        self._head_bytes = 0
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._linger_timer: asyncio.TimerHandle | None = None
+        self._drain_timer: asyncio.TimerHandle | None = None
+        self._shutdown_timer: asyncio.TimerHandle | None = None
+        self._lingering = False
+        self._discarded = 0
+        self._shutting_down = False
+        self._cycle_transport: _CycleTransport | None = None
+
+    # --- what a tier provides ---------------------------------------------------------------
+
+    def error_answer(self, refusal: Refusal) -> ErrorAnswer:
+        """The answer to `refusal` in the tier's error shape; count the refusal here.
+
+        Called once per refusal, also when the answer cannot be sent (the connection is
+        closing, or an earlier pipelined response is still being written).
+        """
+        raise NotImplementedError
+
+    def admit_connection(self) -> bool:
+        """A new connection: False closes it at once (the default admits every one)."""
+        return True
+
+    def connection_idle(self) -> None:
+        """No request in progress (a response completed, or a new head began)."""
+
+    def connection_busy(self) -> None:
+        """A request's head is complete: the app has it until its response completes."""
+
+    def connection_lingering(self) -> None:
+        """Answered and closing (lingering close)."""
+
+    def connection_gone(self) -> None:
+        """The connection is closed (called once, from `connection_lost`)."""
+
+    def close_now(self) -> None:
+        """Close the connection at once, without an answer (e.g. to make room for another)."""
+        self._cancel_timers()
+        self.transport.close()
+
+    # --- connection -------------------------------------------------------------------------
+
+    # asyncio's Protocol takes any BaseTransport; uvicorn's narrows it to a stream's, as here.
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._cycle_transport = _CycleTransport(transport, self._close_after_response)
+        if not self.admit_connection():
+            transport.close()
+            return
+        # Idle from the start: a connection that never sends a byte is closed like one
+        # that sends nothing after its last response.
+        self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self.timeout_keep_alive_handler)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.connection_gone()
+        self._cancel_timers()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._lingering:
+            self._discarded += len(data)
+            if self._discarded > self.http_limits.linger_max_bytes:
+                self.transport.close()
+            return
+        self._unset_keepalive_if_required()
+        if self._in_head:
+            room = self.http_limits.max_header_bytes - self._head_bytes
+            if len(data) > room:
+                # Parse no more than the limit allows: the head must end within it.
+                if not self._feed(data[:room]):
+                    return
+                if self._in_head:
+                    self._refuse(Refusal.HEAD_TOO_LARGE)
+                    return
+                data = data[room:]
+            else:
+                self._head_bytes += len(data)
+        self._feed(data)
+
+    def _feed(self, data: bytes) -> bool:
+        """Parse `data`, as uvicorn's `data_received` does; False when the connection ends."""
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserCallbackError as exc:
+            refused = exc.__context__
+            if isinstance(refused, _Refused):
+                self._refuse(refused.refusal)
+                return False
+            self.logger.warning("Invalid HTTP request received.")
+            self.send_400_response("Invalid HTTP request received.")
+            return False
+        except httptools.HttpParserError:
+            self.logger.warning("Invalid HTTP request received.")
+            self.send_400_response("Invalid HTTP request received.")
+            return False
+        except httptools.HttpParserUpgrade:
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
+        return True
+
+    # --- parser callbacks -------------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self.connection_idle()  # sending a head is no request yet
+        if self.http_limits.header_timeout_s is not None:
+            self._head_timer = self.loop.call_later(self.http_limits.header_timeout_s, self._head_timed_out)
+
+    def on_url(self, url: bytes) -> None:
+        super().on_url(url)
+        limit = self.http_limits.max_target_bytes
+        if limit is not None and len(self.url) > limit:
+            raise _Refused(Refusal.TARGET_TOO_LONG)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        limits = self.http_limits
+        if limits.max_header_fields is not None and len(self.headers) >= limits.max_header_fields:
+            raise _Refused(Refusal.TOO_MANY_HEADER_FIELDS)
+        if limits.max_header_field_size is not None and len(name) + len(value) + 2 > limits.max_header_field_size:
+            raise _Refused(Refusal.HEADER_FIELD_TOO_LARGE)
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+        self.connection_busy()
+        super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not None:
+            # Duck-typed: the cycle calls only the four methods _CycleTransport binds.
+            cycle.transport = self._cycle_transport  # type: ignore[assignment]
+            if self._shutting_down:
+                cycle.keep_alive = False
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._in_head = True
+        self._head_bytes = 0
+
+    def on_response_complete(self) -> None:
+        if self._lingering:  # closed by the cycle after an early answer (Connection: close)
+            self.server_state.total_requests += 1
+            return
+        cycle = self.cycle
+        if not self.pipeline and cycle.more_body and not cycle.disconnected and not self.transport.is_closing():
+            # Answered before its body arrived (413, 408): the rest of the body is not
+            # parsed as the next request, nor read without bound.
+            self.server_state.total_requests += 1
+            self._linger_close()
+            return
+        super().on_response_complete()
+        if not self.pipeline and not self.transport.is_closing():
+            self.connection_idle()
+
+    # --- refusals, lingering close ----------------------------------------------------------
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if self._in_head and not self._lingering and not self.transport.is_closing():
+            self._refuse(Refusal.HEAD_TIMEOUT)
+
+    def _refuse(self, refusal: Refusal) -> None:
+        """Answer `refusal` in the tier's error shape, then close lingering."""
+        answer = self.error_answer(refusal)
+        cycle = self.cycle
+        if self.transport.is_closing():
+            return
+        if refusal is not Refusal.SHUTDOWN and cycle is not None and not cycle.response_complete:
+            # A pipelined head went wrong while an earlier response is being written:
+            # an answer now would interleave with it.
+            self.transport.close()
+            return
+        head = [STATUS_LINE[refusal.status]]
+        for name, value in self.server_state.default_headers:
+            head += [name, b": ", value, b"\r\n"]
+        head += [b"content-type: ", answer.content_type, b"\r\n", b"content-length: %d\r\n" % len(answer.body)]
+        for name, value in answer.headers:
+            head += [name, b": ", value, b"\r\n"]
+        head += [b"connection: close\r\n\r\n", answer.body]
+        self.transport.write(b"".join(head))
+        if refusal is Refusal.SHUTDOWN and cycle is not None:
+            # The request's app has not answered: its receive() returns http.disconnect now
+            # and what it sends is dropped; the answer on the wire is this one.
+            cycle.disconnected = True
+            cycle.message_event.set()
+        self._linger_close()
+
+    def _close_after_response(self) -> None:
+        """What the response cycle's `transport.close()` does (see `_CycleTransport`)."""
+        cycle = self.cycle
+        if not self.pipeline and cycle is not None and cycle.more_body and not cycle.disconnected:
+            self._linger_close()
+        else:
+            self.transport.close()
+
+    def _linger_close(self) -> None:
+        """Stop parsing, send FIN after what is written, discard what comes (bounded), close."""
+        if self._lingering or self.transport.is_closing():
+            return
+        self._lingering = True
+        self._cancel_timers()
+        self.connection_lingering()
+        self.flow.resume_reading()  # uvicorn pauses reading while a body waits for the app
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        # The client's EOF closes it sooner: uvicorn's `eof_received` returns None, which
+        # lets the transport close itself.
+        self._linger_timer = self.loop.call_later(self.http_limits.linger_s, self.transport.close)
+
+    # --- graceful shutdown ------------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        """Graceful shutdown (uvicorn calls this on every connection once it stops accepting)."""
+        self._shutting_down = True
+        if self._lingering:
+            return
+        cycle = self.cycle
+        if cycle is None or cycle.response_complete:
+            if self.http_limits.shutdown_drain_s > 0:
+                # Idle: a request may be on its way; it is answered with Connection: close.
+                self._drain_timer = self.loop.call_later(self.http_limits.shutdown_drain_s, self._drain_ended)
+            else:
+                self.transport.close()
+            return
+        cycle.keep_alive = False
+        if self.http_limits.shutdown_body_timeout_s is not None and self._receiving_body():
+            self._shutdown_timer = self.loop.call_later(
+                self.http_limits.shutdown_body_timeout_s, self._shutdown_body_timed_out
+            )
+
+    def _drain_ended(self) -> None:
+        """Close the connection if it is still idle when the shutdown's drain window ends."""
+        self._drain_timer = None
+        cycle = self.cycle
+        idle = (cycle is None or cycle.response_complete) and self._in_head and self._head_timer is None
+        if idle and not self._lingering and unread_bytes(self.transport) == 0:
+            self.transport.close()
+        # else: a request is arriving or being answered, with Connection: close.
+
+    def _receiving_body(self) -> bool:
+        """The last request parsed on this connection is still receiving its body, unanswered."""
+        cycle = self.cycle
+        return (
+            cycle is not None and cycle.more_body and not cycle.response_started and not self.transport.is_closing()
+        )
+
+    def _shutdown_body_timed_out(self) -> None:
+        self._shutdown_timer = None
+        if self._lingering or not self._receiving_body():
+            return
+        if self.pipeline:  # that body is a pipelined request's: one before it is still answered
+            self._shutdown_timer = self.loop.call_later(_PIPELINED_RECHECK_S, self._shutdown_body_timed_out)
+            return
+        self._refuse(Refusal.SHUTDOWN)
+
+    def _cancel_timers(self) -> None:
+        timers = (
+            self._head_timer,
+            self._linger_timer,
+            self._drain_timer,
+            self._shutdown_timer,
+            self.timeout_keep_alive_task,
+        )
+        for timer in timers:
+            if timer is not None:
+                timer.cancel()
+        self._head_timer = self._linger_timer = self._drain_timer = self._shutdown_timer = None
+        self.timeout_keep_alive_task = None

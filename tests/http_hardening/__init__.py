@@ -1,0 +1,1 @@
+"""Tests of the HTTP hardening both tiers share (`http_hardening/`); `wire` is their server and raw-socket client."""
