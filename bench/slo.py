@@ -187,6 +187,11 @@ class SloSearch:
             the sweep ends there. Load from other processes can only make a step worse, so
             one failure on a shared machine may be noise, while one pass is evidence: a
             rate passes when any of its measurements passed.
+        descend: when the lowest rate tried fails, try `descend` x it next (down to
+            `min_rate`) instead of ending with no answer: a repeat whose ladder starts near
+            the first search's answer still finds one when this machine is slower now.
+            0 ends the search there (no SLO-RPS).
+        min_rate: the lowest rate a descent tries, requests/s.
 
     The result, `slo_rps`, is the highest rate that passed below every rate that failed
     (None when the lowest rate tried failed). `bound_reached` says the whole ladder passed:
@@ -197,6 +202,8 @@ class SloSearch:
     tolerance: float = 0.05
     max_steps: int = 12
     confirmations: int = 1
+    descend: float = 0.0
+    min_rate: float = 1.0
     steps: list[tuple[float, bool]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -242,8 +249,8 @@ class SloSearch:
         return len(self.steps) >= self.max_steps
 
     def next_step(self) -> tuple[float, str] | None:
-        """The next rate to measure and its phase ("sweep", "confirm" or "refine"), or None
-        when the search is over."""
+        """The next rate to measure and its phase ("sweep", "confirm", "descend" or "refine"),
+        or None when the search is over."""
         if self.budget_spent:
             return None
         fail, ok = self.first_fail, self.last_pass
@@ -254,8 +261,11 @@ class SloSearch:
         tries = sum(1 for r, _ in self.steps if r == fail)
         if fail == max(measured) and fail in self.ladder and tries <= self.confirmations:
             return fail, "confirm"
-        if ok is None:  # the lowest rate tried failed: the SLO is never met
-            return None
+        if ok is None:  # the lowest rate tried failed
+            lower = round(fail * self.descend, 1)
+            if self.descend > 0 and lower >= self.min_rate and lower < fail:
+                return lower, "descend"
+            return None  # the SLO is never met
         if fail / ok - 1 <= self.tolerance:
             return None
         return math.sqrt(ok * fail), "refine"  # halve the interval on a log scale
