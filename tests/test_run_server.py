@@ -34,8 +34,11 @@ def children_of(pid: int) -> set[int]:
     return found
 
 
-@pytest.mark.parametrize("protocol", ["rest", "grpc"])
-def test_run_server_serves_and_stops_cleanly(tmp_path: Path, protocol: str) -> None:
+@pytest.mark.parametrize(
+    ("protocol", "sockets"), [("rest", "1"), ("grpc", "1"), ("rest", "0")],
+    ids=["rest-unix-socket", "grpc-unix-socket", "rest-tcp"],
+)
+def test_run_server_serves_and_stops_cleanly(tmp_path: Path, protocol: str, sockets: str) -> None:
     # Free (never the default) ports: the API must follow GRPC_PORT / REST_API_PORT.
     api_port, rest_port, grpc_port = free_port(), free_port(), free_port()
     env = {
@@ -48,6 +51,8 @@ def test_run_server_serves_and_stops_cleanly(tmp_path: Path, protocol: str) -> N
         "GRPC_PORT": str(grpc_port),
         "WEB_CONCURRENCY": "1",
         "SERVING_ARGS": "--rest_api_host=127.0.0.1",
+        "SERVING_UNIX_SOCKETS": sockets,
+        "TMPDIR": str(tmp_path),
     }
     proc = Proc(["bash", str(REPO / "run-server.sh")], tmp_path / "run-server.log", env=env)
     api = f"http://127.0.0.1:{api_port}"
@@ -55,7 +60,12 @@ def test_run_server_serves_and_stops_cleanly(tmp_path: Path, protocol: str) -> N
         wait_until(lambda: "API ready" in proc.log() or not proc.alive(), 180, "run-server ready")
         assert proc.alive(), proc.log()
         assert http_ok(api + "/readyz")
-        serving_at = f"gRPC 127.0.0.1:{grpc_port}" if protocol == "grpc" else f":{rest_port}"
+        if sockets == "1":  # one container: the tiers talk over Unix-domain sockets
+            serving_at = "(serving at gRPC unix:" if protocol == "grpc" else "(serving at unix:"
+            (socket_dir,) = tmp_path.glob("serving-sockets.*")
+            assert {p.name for p in socket_dir.iterdir()} == {"rest.sock", "grpc.sock"}
+        else:
+            serving_at = f"gRPC 127.0.0.1:{grpc_port}" if protocol == "grpc" else f":{rest_port}"
         assert serving_at in proc.log()
         body = (REPO / "examples" / "transaction.json").read_bytes()
         r = httpx.post(
@@ -71,6 +81,7 @@ def test_run_server_serves_and_stops_cleanly(tmp_path: Path, protocol: str) -> N
     alive = [p for p in descendants if Path(f"/proc/{p}").exists()]
     assert not alive, f"left running: {alive}"
     assert not http_ok(api + "/healthz")
+    assert not list(tmp_path.glob("serving-sockets.*"))  # removed with the tiers
 
 
 WATCH_S = 6.0  # how long a waiting run-server is watched

@@ -133,6 +133,11 @@ class ServerOptions:
     rest_api_host: str = _flag(
         "0.0.0.0", "(ours) Address to bind the HTTP/REST port to; TF Serving always binds 0.0.0.0."
     )
+    rest_api_socket_path: str = _flag(
+        "",
+        "(ours) If non-empty, also serve the HTTP/REST API on a UNIX socket at this path (as "
+        "--grpc_socket_path does for gRPC); a client on the same host skips the TCP stack.",
+    )
     rest_api_num_threads: int = _flag(
         0,
         "Number of threads for HTTP/REST API processing. If not set, will be auto set based "

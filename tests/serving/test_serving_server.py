@@ -29,6 +29,7 @@ class Server:
     base_url: str
     log: Path
     client: httpx.Client
+    socket_path: Path | None = None  # --rest_api_socket_path
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
@@ -63,12 +64,14 @@ def server(serving_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
     config.write_text(models_config_text(serving_model_dir))
     port = free_port()
     log = workdir / "server.log"
+    socket_path = workdir / "rest.sock"
     with log.open("wb") as sink:
         process = subprocess.Popen(
             _serving_command(
                 f"--port={free_port()}",
                 f"--rest_api_port={port}",
                 "--rest_api_host=127.0.0.1",
+                f"--rest_api_socket_path={socket_path}",
                 f"--model_config_file={config}",
                 "--rest_api_num_threads=4",
                 "--tensorflow_intra_op_parallelism=1",
@@ -85,7 +88,7 @@ def server(serving_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
         )
     base_url = f"http://127.0.0.1:{port}"
     with httpx.Client(base_url=base_url, timeout=10.0) as client:
-        running = Server(process, base_url, log, client)
+        running = Server(process, base_url, log, client, socket_path)
         try:
             for model in ("half_plus_two", "keras_half_plus_two", "multi", "strings"):
                 _wait_until(running, model, {"AVAILABLE"})
@@ -99,6 +102,17 @@ def server(serving_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
                 except subprocess.TimeoutExpired:
                     process.kill()
                     process.wait()
+
+
+def test_the_rest_api_is_also_on_its_unix_socket(server: Server) -> None:
+    assert server.socket_path is not None and server.socket_path.is_socket()
+    transport = httpx.HTTPTransport(uds=str(server.socket_path))
+    with httpx.Client(transport=transport, base_url="http://localhost", timeout=10.0) as client:
+        answer = client.post("/v1/models/half_plus_two:predict", json={"instances": [1.0, 2.0]})
+        assert answer.status_code == 200, answer.text
+        assert answer.json() == {"predictions": [2.5, 3.0]}
+        assert client.post("/v1/models/nope:predict", json={"instances": [1.0]}).status_code == 404
+    assert "Exporting HTTP/REST API at unix:" in server.output()
 
 
 def test_status_is_tf_serving_json(server: Server) -> None:
