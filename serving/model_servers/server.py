@@ -172,7 +172,9 @@ def build(options: ServerOptions, config: ModelServerConfig) -> ModelServer:
     # manager's own threads.
     load_executor = BlockingExecutor(2, "servable-load")
     executors = [request_executor]
-    session: Session = DirectSession(request_executor)
+    session: Session = DirectSession(
+        request_executor, inline_below_s=options.session_run_inline_below_us / 1e6
+    )
     if batching is not None:
         session, batch_executor = _batching_session(batching, metrics)
         executors.append(batch_executor)
