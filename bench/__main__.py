@@ -7,6 +7,7 @@
     python -m bench --slo-ms 50             # one fixed bound for every workload (default: derived)
     python -m bench --workload fraud --setups tuned,split --variant SERVING_ARGS=--enable_batching
     python -m bench --profile               # also profile the headline split with py-spy
+    python -m bench --hop                   # the hop at low load: tuned vs split (sockets, TCP, gRPC)
 
 Starts every setup itself on 127.0.0.1 (see bench.setups), drives it with the open-loop
 generator (bench.loadgen), searches each setup's SLO-RPS (bench.slo), prints progress as it
@@ -105,6 +106,15 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="results root folder")
     parser.add_argument(
         "--profile", action="store_true", help="profile the headline split with py-spy"
+    )
+    parser.add_argument(
+        "--hop", action="store_true",
+        help="only the hop profile (bench.hop): tuned and the split's transports at low load, "
+        "CPU and wake-ups per request, py-spy of the split; hop.md in the run folder",
+    )
+    parser.add_argument(
+        "--hop-rate", type=float,
+        help="--hop's rate, requests/s (default: 10 %% of tuned's SLO-RPS in bench/results/latest)",
     )
     return parser
 
@@ -261,6 +271,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             progress(f"[bench] peer {peer} cannot be installed: {exc}")  # its setup says so too
     started = time.monotonic()
     runner = Runner(plan, env, progress)
+    if args.hop:
+        from bench.hop import run_hop
+
+        workload = WORKLOADS[names[0]]
+        run_hop(runner, workload, args.hop_rate, args.out, meta)
+        print((run_dir / "hop.md").read_text())
+        print(f"[bench] wrote {run_dir / 'hop.md'} and hop.json in {time.monotonic() - started:.0f} s")
+        return 0
     results = runner.run(jobs)
     if args.profile:
         from bench.profile import profile_headline_split

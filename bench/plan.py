@@ -44,15 +44,17 @@ class Plan:
     min_requests: int = 1000
     # The first search: these fractions of the closed-loop RPS, ascending, then bisection
     # to `tolerance`, `max_steps` measurements in all.
-    ladder_fractions: tuple[float, ...] = (0.25, 0.5, 0.7, 0.85, 1.0, 1.2)
+    # (The ladder starts at 40 %: a rung of 1,000 arrivals at a low rate is the longest step.)
+    ladder_fractions: tuple[float, ...] = (0.4, 0.6, 0.75, 0.9, 1.05, 1.2)
     tolerance: float = 0.1
-    max_steps: int = 9
+    max_steps: int = 8
     min_rate_rps: float = 5.0  # ladder rates are never below this
     # Searches per setup; the repeats climb these fractions of the first search's SLO-RPS
     # (bench.slo.repeat_ladder), at most repeat_max_steps measurements each.
     searches: int = 3
-    repeat_fractions: tuple[float, ...] = (0.8, 0.9, 1.0, 1.1, 1.25, 1.5)
-    repeat_max_steps: int = 6
+    # (A repeat whose first rung fails descends: bench.slo.SloSearch's `descend`.)
+    repeat_fractions: tuple[float, ...] = (0.9, 1.0, 1.1, 1.25, 1.5)
+    repeat_max_steps: int = 5
     # The whole run's wall-clock budget, seconds (None: unbounded), and the setups the plan
     # runs per workload (bench.__main__.plan_setups).
     time_budget_s: float | None = 720.0
@@ -116,7 +118,6 @@ SMOKE = Plan(
     repeat_fractions=(1.0, 1.3),
     repeat_max_steps=2,
     time_budget_s=None,
-    memory_workers=(1,),
     memory_warmup_s=0.5,
     profile_s=2.0,
 )

@@ -16,7 +16,7 @@ Per job, in this order:
    sweep's first failure is measured once more before it counts. The SLO-RPS is the
    median of the searches (`bench.slo.spread`);
 5. reference steps, the rates the targets compare at: 10 % of tuned's SLO-RPS, for tuned
-   and for the headline split;
+   and for the headline split (of the workloads in `REFERENCE_WORKLOADS`: the target's);
 6. memory, after all throughput runs: for each API worker count of the plan, a fresh start,
    a short closed-loop round, then the total PSS of the process tree. A setup whose
    throughput start already has such a count is measured right after that start.
@@ -66,6 +66,8 @@ LOW_LOAD_SHARE = 0.1
 #: Workloads whose in-process model cost by batch size is measured (bench.goals' estimate
 #: of the heavier model's 1-CPU limit).
 MODEL_COST_WORKLOADS = ("fraud-transformer",)
+#: Workloads with the low-load reference steps (bench.goals' "median at low load").
+REFERENCE_WORKLOADS = ("fraud",)
 #: A search whose lowest rate fails tries this share of it next (bench.slo.SloSearch).
 DESCEND = 0.6
 MODEL_COST_BATCHES = (1, 2, 4, 8, 16, 32, 64)
@@ -381,7 +383,8 @@ class Runner:
 
     def _references(self, results: BenchResults, job: Job) -> list[float]:
         """The rates the targets compare at, for this job (see the module docstring)."""
-        if not (job.setup.headline and job.setup.column == "split"):
+        if not (job.setup.headline and job.setup.column == "split") or (
+                job.workload.name not in REFERENCE_WORKLOADS):
             return []
         tuned = results.column(job.workload.name, "tuned")
         if tuned is None or tuned.slo_rps is None:
@@ -435,8 +438,8 @@ class Runner:
                          "(unloaded p50 above it): not searched")
                 return
             self._searches(running, load, result, closed_rps)
-            own = ([LOW_LOAD_SHARE * result.slo_rps]
-                   if setup.column == "tuned" and result.slo_rps else [])
+            own = ([LOW_LOAD_SHARE * result.slo_rps] if setup.column == "tuned" and result.slo_rps
+                   and workload.name in REFERENCE_WORKLOADS else [])
             for rate in [*own, *references]:
                 measured = result.point_at(rate)
                 if measured is None or measured.stopped_early:  # a whole step at that rate
