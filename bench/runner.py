@@ -155,6 +155,7 @@ class Runner:
         self.slo: dict[str, dict[str, object]] = {}  # workload -> {"slo_ms", "how", ...}
         self.model_costs: dict[str, dict[str, object]] = {}
         self._deadline = float("inf")  # the running job's share of the budget ends here
+        self._reserve_s = 0.0  # what the memory runs still to come need of the budget
 
     def say(self, message: str) -> None:
         """A progress line, prefixed with the time since the run started (and, under a
@@ -358,7 +359,7 @@ class Runner:
                 result.status, result.reason = "skipped", setup.unavailable_reason
                 self.say(f"{workload.name}/{setup.name}: skipped, {setup.unavailable_reason}")
                 continue
-            reserve = sum(memory_starts.values())
+            reserve = self._reserve_s = sum(memory_starts.values())
             self._deadline = self.budget.job_deadline(time.monotonic(), len(jobs) - index, reserve)
             references = self._references(results, job)
             if self._guard(result, functools.partial(self._run_job, job, result, references)):
@@ -475,6 +476,14 @@ class Runner:
                     break
             while (step := search.next_step()) is not None:
                 rate, phase = step
+                if self.budget.left(time.monotonic()) - plan.step_duration(rate) < self._reserve_s:
+                    # The run's budget is spent (memory runs aside): stop here, with what the
+                    # search has so far, rather than run past it.
+                    result.notes.append(f"time budget spent during search {number}: its answer is "
+                                        "the last pass so far")
+                    self.say(f"{result.workload}/{result.name}: the run's time budget is spent, "
+                             f"search {number} ends here")
+                    break
                 point = self.step(running, load, rate, phase, search=number)
                 result.latency_curve.append(point)
                 search.record(rate, point.passed)

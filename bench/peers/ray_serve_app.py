@@ -8,8 +8,10 @@ deployment with a FastAPI ingress (`@serve.ingress`) whose route takes the route
 `Transaction` body, extracts its features and awaits a `@serve.batch` method, which Ray
 Serve calls with the features of concurrent requests as one list (at most `max_batch_size`,
 waiting at most `batch_wait_timeout_s` for more: a fifth of the workload's SLO, capped at
-Ray's default of 10 ms). `num_replicas` is `BENCH_WORKERS` (1 for the throughput runs), each
-replica's `num_cpus` the peer's CPUs shared among them. The script starts a local Ray
+Ray's default of 10 ms). `max_ongoing_requests` is raised to `max_batch_size`: at Ray's
+default of 5 a replica never holds more than 5 requests, so no batch could hold more (Ray's
+docs tell batching users to set the two together). `num_replicas` is `BENCH_WORKERS` (1 for
+the throughput runs), each replica's `num_cpus` the peer's CPUs shared among them. The script starts a local Ray
 instance on those CPUs (no dashboard, usage stats off), runs the app with Serve's HTTP proxy
 on 127.0.0.1:`BENCH_PORT`, prints `ray-serve peer ready` and serves until SIGTERM or SIGINT,
 then shuts Serve and Ray down.
@@ -36,7 +38,11 @@ REPLICAS = env_int("BENCH_WORKERS", 1)
 CPUS = env_int("BENCH_CPUS", 1)
 
 
-@serve.deployment(num_replicas=REPLICAS, ray_actor_options={"num_cpus": CPUS / REPLICAS})
+@serve.deployment(
+    num_replicas=REPLICAS,
+    max_ongoing_requests=MAX_BATCH_SIZE,
+    ray_actor_options={"num_cpus": CPUS / REPLICAS},
+)
 @serve.ingress(app)
 class FraudScorer:
     """Scores transactions with the fraud SavedModel; concurrent requests batched by Serve."""

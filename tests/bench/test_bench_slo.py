@@ -282,3 +282,14 @@ def test_without_descent_a_failed_lowest_rate_is_never_met() -> None:
     while (step := search.next_step()) is not None:
         search.record(step[0], False)
     assert search.slo_rps is None and len(search.steps) == 2
+
+
+def test_the_time_budget_is_shared_among_the_jobs_left() -> None:
+    from bench.runner import Budget
+
+    budget = Budget(total_s=720.0, started=0.0)
+    assert budget.left(120.0) == 600.0
+    # 600 s left, 100 s set aside for memory runs, 5 jobs to go: 100 s for this one.
+    assert budget.job_deadline(120.0, 5, reserve_s=100.0) == pytest.approx(220.0)
+    assert budget.job_deadline(800.0, 2, reserve_s=0.0) == 800.0  # spent: no time at all
+    assert Budget(None, 0.0).job_deadline(5.0, 3, 10.0) == float("inf")
