@@ -206,7 +206,7 @@ def split_variants(fields: Mapping[str, Any]) -> list[Setup]:
             name="split",
             column="split",
             description="./run-server.sh with nothing set (the product default): python -m "
-            "serving + the API, both sized from the CPU budget, REST between them",
+            "serving + the API, both sized from the CPU budget, REST over a Unix-domain socket between them",
             kind="split",
             headline=True,
         )
@@ -276,7 +276,7 @@ RAY_SERVE = Setup(
     name="ray-serve",
     column="peer",
     description="Ray Serve 2.60 (own venv): one deployment, FastAPI ingress, @serve.batch, "
-    "the SavedModel and feature code in-process, 1 replica",
+    "the SavedModel and feature code in the replica, 1 replica",
     kind="peer",
     peer="ray-serve",
 )
