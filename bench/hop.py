@@ -16,6 +16,9 @@ and records for each:
   API hands to serving's event loop, which hands it to a Session thread, which hands it back,
   wakes threads that a one-process server never wakes; on a CPU whose context switches cost
   more, that is the difference;
+- for the API's setups, the median of each `Server-Timing` stage the API reports (validate,
+  features, serving -- the round trip to serving -- and total, ms) over `TIMING_REQUESTS`
+  requests sent one at a time after the run: how much of the API's time is the hop;
 - a py-spy profile of the headline split during its run (busy threads only, as
   `bench.profile`: by package and by function, per process).
 
@@ -43,6 +46,7 @@ if TYPE_CHECKING:
     from bench.workload import Workload
 
 HOP_S = 6.0  # seconds of arrivals per setup
+TIMING_REQUESTS = 200  # one at a time, for the Server-Timing medians
 LOW_LOAD_SHARE = 0.1
 
 
@@ -88,6 +92,36 @@ def _diff(after: dict[int, int], before: dict[int, int], pids: Iterable[int]) ->
 #: The serving lever of fewer wake-ups (short Session runs on serving's event loop, the
 #: one-container default) switched off: every run handed to a thread and back.
 NO_INLINE_ARGS = "--session_run_inline_below_us=0"
+
+
+def parse_server_timing(header: str) -> dict[str, float]:
+    """`validate;dur=0.74, serving;dur=3.24` -> {"validate": 0.74, "serving": 3.24} (ms)."""
+    out: dict[str, float] = {}
+    for part in header.split(","):
+        name, _, params = part.strip().partition(";")
+        for param in params.split(";"):
+            key, _, value = param.strip().partition("=")
+            if key == "dur" and name:
+                try:
+                    out[name] = float(value)
+                except ValueError:
+                    pass
+    return out
+
+
+def server_timing_medians(url: str, body: bytes, count: int) -> dict[str, float]:
+    """Median ms of each Server-Timing stage over `count` sequential requests ({} if none)."""
+    import statistics
+
+    import httpx
+
+    stages: dict[str, list[float]] = {}
+    with httpx.Client(timeout=5.0) as client:
+        for _ in range(count):
+            answer = client.post(url, content=body, headers={"content-type": "application/json"})
+            for name, ms in parse_server_timing(answer.headers.get("server-timing", "")).items():
+                stages.setdefault(name, []).append(ms)
+    return {name: round(statistics.median(values), 3) for name, values in stages.items()}
 
 
 def hop_setups() -> list[Setup]:
@@ -158,6 +192,8 @@ def measure_setup(runner: Runner, setup: Setup, workload: Workload, rate: float,
             "cpu_ms_per_request": {k: round(v / answered, 4) for k, v in sorted(cpu_ms.items())},
             "wakeups_per_request": {k: round(v / answered, 2) for k, v in sorted(switches.items())},
         })
+        if setup.kind == "split":
+            out["server_timing_ms"] = server_timing_medians(running.url, runner.env.probe, TIMING_REQUESTS)
         if recorder is not None:
             try:
                 recorder.communicate(timeout=HOP_S + 30)
@@ -207,8 +243,8 @@ def hop_markdown(document: dict[str, Any]) -> str:
         f"commit {meta.get('commit', '?')}; {meta.get('started_at', '?')}.",
         "",
         "| setup | p50 (ms) | p99 (ms) | p50 - tuned's (ms) | CPU ms per request, by role | "
-        "wake-ups per request, by role | answered |",
-        "|---|---|---|---|---|---|---|",
+        "wake-ups per request, by role | API Server-Timing medians (ms) | answered |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for row in document.get("setups", []):
         def fmt(d: dict[str, float]) -> str:
@@ -216,7 +252,8 @@ def hop_markdown(document: dict[str, Any]) -> str:
         lines.append(
             f"| {row['setup']} | {row.get('p50_ms') or 0:.2f} | {row.get('p99_ms') or 0:.2f} | "
             f"{row.get('p50_over_tuned_ms', 0):+.2f} | {fmt(row.get('cpu_ms_per_request', {}))} | "
-            f"{fmt(row.get('wakeups_per_request', {}))} | {row.get('answered')} |"
+            f"{fmt(row.get('wakeups_per_request', {}))} | {fmt(row.get('server_timing_ms', {}))} "
+            f"| {row.get('answered')} |"
         )
     for row in document.get("setups", []):
         profile = row.get("profile")

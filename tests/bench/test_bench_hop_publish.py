@@ -107,3 +107,11 @@ def test_two_runs_side_by_side(tmp_path: Path) -> None:
 def test_smoke_runs_are_not_published(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="smoke"):
         load(run_file(tmp_path, "s", 10.0, mode="smoke"))
+
+
+def test_server_timing_stages_are_read_in_ms() -> None:
+    from bench.hop import parse_server_timing
+
+    header = "validate;dur=0.74, features;dur=0.04, serving;dur=3.24, total;dur=4.34"
+    assert parse_server_timing(header) == {"validate": 0.74, "features": 0.04, "serving": 3.24, "total": 4.34}
+    assert parse_server_timing("") == {} and parse_server_timing("x;desc=y") == {}
