@@ -7,7 +7,11 @@
 #                     the layer each folder sits in (from the import contracts); the ten largest modules
 # make protos - regenerate the API's TF Serving protos (api/protos/*_pb2*.py, their .pyi stubs) from the .proto files
 # make chaos - the API under faults and hostile clients (real processes, loopback, ~2 min): a table per fault
-# make bench - throughput at a p99 SLO: naive, tuned in-process, split, ceiling; quick plan (< 8 min on 2 cores)
+# make bench - throughput at each workload's p99 SLO: naive, tuned in-process, split, ceiling and the peers
+#              (BentoML, Ray Serve), 3 searches each; quick plan (<= 12 min on 2 cores, + ~1.5 min once for
+#              the peers' venvs)
+# make bench-peers - install the peers' venvs (.venv-peers/, pinned; make bench does it when missing)
+# make bench-hop - the split's hop at low load: transports, CPU and wake-ups per request, py-spy (~2 min)
 # make bench-full - the same benchmark, full plan (every split variant, longer steps, finer search)
 # make compose-test - docker-compose.yml for real: build, up, score, scale serving to 3 under load, stop one,
 #                     down (Docker, else podman from Debian's packages; ~8 min on a fresh machine)
@@ -23,7 +27,7 @@ GRPC_PORT ?= 8500
 # The example routes (examples/), which run-server.sh (make run) serves by default too.
 EXAMPLE_ROUTES := examples.fraud.route:route,examples.digits.route:route
 
-.PHONY: install run test chaos compose-test model protos doctor import-graph bench bench-full bench-serving clean
+.PHONY: install run test chaos compose-test model protos doctor import-graph bench bench-full bench-peers bench-hop bench-serving clean
 
 install: $(STAMP)
 
@@ -68,6 +72,12 @@ bench: $(STAMP)
 
 bench-full: $(STAMP)
 	$(PY) -m bench --full
+
+bench-peers: $(STAMP)
+	$(PY) -m bench.peers
+
+bench-hop: $(STAMP)
+	$(PY) -m bench --hop --workload fraud
 
 bench-serving: $(STAMP)
 	$(PY) -m bench.serving_tier

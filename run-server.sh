@@ -20,7 +20,11 @@
 # SIGTERM/SIGINT stop both: the API first (it drains in-flight requests), then serving.
 #
 # Serving's REST and gRPC ports are bound to SERVING_BIND_HOST, loopback by default: in
-# this mode only the API is meant to be reachable from outside the container.
+# this mode only the API is meant to be reachable from outside the container. With python -m
+# serving the API calls it over Unix-domain sockets in a private temporary folder instead
+# (REST: --rest_api_socket_path, SERVING_SOCKET_PATH; gRPC: --grpc_socket_path, a unix:
+# SERVING_GRPC_TARGETS): no TCP stack between the tiers. SERVING_UNIX_SOCKETS=0, or a
+# SERVING_URL / SERVING_GRPC_TARGETS of your own, keeps TCP.
 #
 # Environment (defaults in brackets):
 #   MODEL_CONFIG_FILE [models.config]  REST_API_PORT [8501]  GRPC_PORT [8500]
@@ -32,6 +36,7 @@
 #     0.0.0.0 to expose serving's ports)
 #   SERVING_MAX_RESTARTS [5]  SERVING_RESTART_WINDOW_S [60]
 #   SERVING_READY_TIMEOUT_S [120]  PYTHON [python3]
+#   SERVING_UNIX_SOCKETS [1]: 0 to call serving over TCP on loopback
 #   SERVING_ARGS: extra flags for the model server (e.g. --enable_batching); its thread
 #     flags win over the CPU budget's
 #   MODEL_ROUTES [the examples: examples.fraud.route:route,examples.digits.route:route]: the
@@ -48,6 +53,7 @@ SERVING_READY_TIMEOUT_S=${SERVING_READY_TIMEOUT_S:-120}
 SERVING_BIND_HOST=${SERVING_BIND_HOST:-127.0.0.1}
 SERVING_MAX_RESTARTS=${SERVING_MAX_RESTARTS:-5}
 SERVING_RESTART_WINDOW_S=${SERVING_RESTART_WINDOW_S:-60}
+SERVING_UNIX_SOCKETS=${SERVING_UNIX_SOCKETS:-1}
 PYTHON=${PYTHON:-python3}
 # The examples' routes (examples/, beside this script), for the example models of models.config.
 export MODEL_ROUTES=${MODEL_ROUTES:-examples.fraud.route:route,examples.digits.route:route}
@@ -66,7 +72,8 @@ for port in "$GRPC_PORT" "$REST_API_PORT" "$API_PORT"; do
   fi
 done
 temp_files=()
-trap 'rm -f "${temp_files[@]}"' EXIT
+socket_dir=
+trap 'rm -f "${temp_files[@]}"; if [[ -n "$socket_dir" ]]; then rm -rf "$socket_dir"; fi' EXIT
 config=$MODEL_CONFIG_FILE
 if [[ -n "${MODELS_DIR:-}" ]]; then
   models_dir=$(cd "$MODELS_DIR" && pwd)
@@ -80,6 +87,18 @@ names=$(cd "$HERE" && "$PYTHON" -m api.config.serving_config "$config") || { log
 mapfile -t model_names <<< "$names"
 
 serving_flags=(--port="$GRPC_PORT" --rest_api_port="$REST_API_PORT" --model_config_file="$config")
+# The tiers' Unix-domain sockets (python -m serving only: tensorflow_model_server has no REST
+# socket flag). Readiness is still polled on the REST port.
+if [[ "$SERVING_UNIX_SOCKETS" == 1 ]] && ! command -v tensorflow_model_server >/dev/null 2>&1; then
+  socket_dir=$(mktemp -d "${TMPDIR:-/tmp}/serving-sockets.XXXXXX")
+  serving_flags+=(--rest_api_socket_path="$socket_dir/rest.sock" --grpc_socket_path="$socket_dir/grpc.sock")
+fi
+# python -m serving runs Session runs measured under 500 us on its event loop instead of
+# handing them to a thread and back: at low load the fraud model's requests woke serving's
+# threads 2.4 times instead of 7.1 (python -m bench --hop). SERVING_ARGS can set it to 0.
+if ! command -v tensorflow_model_server >/dev/null 2>&1; then
+  serving_flags+=(--session_run_inline_below_us=500)
+fi
 
 # The CPU budget of both tiers: sets WEB_CONCURRENCY, the API's thread variables,
 # SERVING_BUDGET_FLAGS and SERVING_BUDGET_BATCHING (see api/ops/cpu_budget.py).
@@ -179,6 +198,12 @@ for name in "${model_names[@]}"; do
   log "model '$name' AVAILABLE"
 done
 
+if [[ -n "$socket_dir" && -z "${SERVING_URL:-}" ]]; then
+  export SERVING_SOCKET_PATH="$socket_dir/rest.sock"
+fi
+if [[ -n "$socket_dir" && -z "${SERVING_GRPC_TARGETS:-}" ]]; then
+  export SERVING_GRPC_TARGETS="unix:$socket_dir/grpc.sock"
+fi
 export SERVING_URL=${SERVING_URL:-http://${SERVING_HOST}:${REST_API_PORT}}
 # The API's gRPC target follows GRPC_PORT too (used when SERVING_PROTOCOL=grpc).
 export SERVING_GRPC_TARGETS=${SERVING_GRPC_TARGETS:-${SERVING_HOST}:${GRPC_PORT}}
@@ -202,6 +227,8 @@ waiter_pid=
 if (( waited != 0 )); then log "API not ready in time"; stop_all; exit 1; fi
 if [[ "${SERVING_PROTOCOL:-rest}" == "grpc" ]]; then
   serving_at="gRPC $SERVING_GRPC_TARGETS"
+elif [[ -n "${SERVING_SOCKET_PATH:-}" ]]; then
+  serving_at="unix:$SERVING_SOCKET_PATH"
 else
   serving_at="$SERVING_URL"
 fi

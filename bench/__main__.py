@@ -1,11 +1,13 @@
 """`python -m bench`: throughput at a latency SLO, every setup side by side, in one command.
 
-    python -m bench                         # quick plan, under 8 minutes on 2 cores (make bench)
+    python -m bench                         # quick plan, at most 12 minutes on 2 cores (make bench)
     python -m bench --full                  # full plan: every variant, longer steps (make bench-full)
+    python -m bench --smoke                 # every path in a few seconds per step; figures mean nothing
     python -m bench --workload fraud --setups tuned,split,split-no-coalescing
-    python -m bench --slo-ms 50             # another latency bound (default 25 ms)
+    python -m bench --slo-ms 50             # one fixed bound for every workload (default: derived)
     python -m bench --workload fraud --setups tuned,split --variant SERVING_ARGS=--enable_batching
     python -m bench --profile               # also profile the headline split with py-spy
+    python -m bench --hop                   # the hop at low load: tuned vs split (sockets, TCP, gRPC)
 
 Starts every setup itself on 127.0.0.1 (see bench.setups), drives it with the open-loop
 generator (bench.loadgen), searches each setup's SLO-RPS (bench.slo), prints progress as it
@@ -29,19 +31,23 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bench.goals import evaluate
-from bench.plan import FULL, QUICK, Plan
+from bench.peers import PEERS, PeerInstallError, ensure_installed
+from bench.plan import FULL, QUICK, SMOKE, Plan
 from bench.processes import REPO
-from bench.report import goals_table, slo_table, write_outputs
+from bench.report import goals_table, slo_lines, slo_table, write_outputs
 from bench.runner import Environment, Job, Runner
 from bench.setups import Setup, all_setups, custom_variant
 from bench.workload import FRAUD, WORKLOADS, Workload, body_pool, write_body_pool
 
 #: What each plan runs per workload by default (--setups overrides).
 QUICK_SETUPS = {
-    # split-no-coalescing: the default's one batching layer switched off, beside it.
-    "fraud": ("ceiling", "naive", "tuned", "split", "split-no-coalescing"),
-    "fraud-transformer": ("tuned", "split"),
+    # The headline split, what it is compared with (tuned, the ceiling, naive's memory) and
+    # the peers; the split's variants are in the full plan (or --setups, --variant).
+    "fraud": ("tuned", "ceiling", "naive", "split", "bentoml", "ray-serve"),
+    "fraud-transformer": ("tuned", "split", "bentoml", "ray-serve"),
 }
+#: The CPU flags the report names (the instruction sets TensorFlow's kernels pick from).
+REPORTED_CPU_FLAGS = ("avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "avx2", "fma", "avx", "sse4_2")
 
 DEFAULT_OUT = REPO / "bench" / "results"
 
@@ -71,6 +77,11 @@ def _parser() -> argparse.ArgumentParser:
         "--full", action="store_true", help="the full plan (every variant, longer steps)"
     )
     parser.add_argument(
+        "--smoke", action="store_true",
+        help="a tiny plan that runs every path (setups, peer installs, the report) in seconds "
+        "per step: for checking the benchmark itself, its figures mean nothing",
+    )
+    parser.add_argument(
         "--workload", default=",".join(WORKLOADS),
         help=f"comma-separated workloads ({', '.join(WORKLOADS)}); default: all",
     )
@@ -78,7 +89,11 @@ def _parser() -> argparse.ArgumentParser:
         "--setups", default="",
         help="comma-separated setup names for every workload (default: the plan's); see --list",
     )
-    parser.add_argument("--slo-ms", type=float, help="the p99 bound in ms (default 25)")
+    parser.add_argument(
+        "--slo-ms", type=float,
+        help="one p99 bound in ms for every workload (default: each workload's, derived from "
+        "the tuned setup's unloaded p50: max(25, 10 x p50), rounded up to 5 ms)",
+    )
     parser.add_argument(
         "--variant", action="append", default=[], metavar="NAME=VALUE[,NAME=VALUE]",
         help="also run the split with these run-server.sh settings (repeatable), e.g. "
@@ -92,6 +107,15 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--profile", action="store_true", help="profile the headline split with py-spy"
     )
+    parser.add_argument(
+        "--hop", action="store_true",
+        help="only the hop profile (bench.hop): tuned and the split's transports at low load, "
+        "CPU and wake-ups per request, py-spy of the split; hop.md in the run folder",
+    )
+    parser.add_argument(
+        "--hop-rate", type=float,
+        help="--hop's rate, requests/s (default: 10 %% of tuned's SLO-RPS in bench/results/latest)",
+    )
     return parser
 
 
@@ -104,24 +128,38 @@ def _meta(mode: str, server: tuple[int, ...], load: tuple[int, ...]) -> dict[str
         lines = (done.stdout or done.stderr).strip().splitlines()
         return lines[0] if lines else "?"
 
-    cpu_model = "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu_model = line.partition(":")[2].strip()
-                break
-    except OSError:
-        pass
+    cpu_model, flags = cpu_info()
     return {
         "mode": mode,
         "started_at": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
         "cpus": len(os.sched_getaffinity(0)),
         "cpu_model": cpu_model,
+        "cpu_flags": [f for f in REPORTED_CPU_FLAGS if f in flags],
+        "avx512": "avx512f" in flags,
+        "cpu_flags_all": sorted(flags),
         "loadavg": " ".join(Path("/proc/loadavg").read_text().split()[:3]),
         "python": platform.python_version(),
         "commit": first_line("git", "rev-parse", "--short", "HEAD"),
         "pinning": {"server_cpus": list(server), "load_cpus": list(load)},
     }
+
+
+def cpu_info(cpuinfo: str | None = None) -> tuple[str, set[str]]:
+    """(model name, flags) of the first CPU in /proc/cpuinfo (or `cpuinfo`'s text); "?" and
+    no flags when it cannot be read."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return "?", set()
+    model, flags = "?", set()
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model name" and model == "?":
+            model = value.strip()
+        elif key.strip() == "flags" and not flags:
+            flags = set(value.split())
+    return model, flags
 
 
 def jobs_for(
@@ -140,6 +178,8 @@ def jobs_for(
             names = {s.name for s in setups}
         else:
             names = set(QUICK_SETUPS.get(workload.name, QUICK_SETUPS[FRAUD.name]))
+            if workload.name != FRAUD.name:
+                names.discard("naive")  # its memory is the fraud workload's
         names |= set(also)
         for setup in setups:
             if setup.name in names:
@@ -186,7 +226,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         server_cpus, load_cpus = default_pinning(sorted(os.sched_getaffinity(0)))
         server_cpus = args.server_cpus or server_cpus
         load_cpus = args.load_cpus or load_cpus
-    plan = FULL if args.full else QUICK
+    if args.full and args.smoke:
+        print("python -m bench: --full and --smoke exclude each other", file=sys.stderr)
+        return 2
+    plan = FULL if args.full else SMOKE if args.smoke else QUICK
     if args.slo_ms is not None:
         plan = replace(plan, slo_ms=args.slo_ms)
     jobs = jobs_for(plan, [WORKLOADS[n] for n in names], setups, wanted,
@@ -208,16 +251,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     meta = _meta(plan.mode, server_cpus, load_cpus)
     meta["slo_ms"] = plan.slo_ms
     meta["command"] = " ".join(["python -m bench", *(argv if argv is not None else sys.argv[1:])])
+    budget = f", time budget {plan.time_budget_s / 60:g} min" if plan.time_budget_s else ""
+    slo = f"SLO p99 <= {plan.slo_ms:g} ms" if plan.slo_ms else "each workload's SLO derived from tuned"
     progress(
         f"[bench] {plan.mode} plan, {len(jobs)} setups ("
         + ", ".join(f"{j.workload.name}/{j.setup.name}" for j in jobs)
-        + f"), SLO p99 <= {plan.slo_ms:g} ms, servers on CPUs "
+        + f"), {plan.searches} searches each, {slo}{budget}; servers on CPUs "
         f"{','.join(map(str, server_cpus)) or 'all'}, load generator on CPUs "
-        f"{','.join(map(str, load_cpus)) or 'all'}; load average {meta['loadavg']}; "
-        f"output {run_dir}"
+        f"{','.join(map(str, load_cpus)) or 'all'}; {meta['cpu_model']} "
+        f"(AVX-512 {'yes' if meta['avx512'] else 'no'}; {' '.join(meta['cpu_flags'])}); "
+        f"load average {meta['loadavg']}; output {run_dir}"
     )
+    if plan.mode == "smoke":
+        progress("[bench] smoke plan: checks that every path runs; its figures are not results")
+    for peer in sorted({j.setup.peer for j in jobs if j.setup.kind == "peer"}):
+        try:
+            ensure_installed(PEERS[peer], progress)
+        except PeerInstallError as exc:
+            progress(f"[bench] peer {peer} cannot be installed: {exc}")  # its setup says so too
     started = time.monotonic()
     runner = Runner(plan, env, progress)
+    if args.hop:
+        from bench.hop import run_hop
+
+        workload = WORKLOADS[names[0]]
+        run_hop(runner, workload, args.hop_rate, args.out, meta)
+        print((run_dir / "hop.md").read_text())
+        print(f"[bench] wrote {run_dir / 'hop.md'} and hop.json in {time.monotonic() - started:.0f} s")
+        return 0
     results = runner.run(jobs)
     if args.profile:
         from bench.profile import profile_headline_split
@@ -225,10 +286,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         meta["profile"] = profile_headline_split(runner, results, jobs[0].workload)
     meta["duration_s"] = round(time.monotonic() - started, 1)
     meta["plan"] = asdict(plan)
+    meta.update(results.meta)  # the workloads' SLOs and model costs, from the runner
     results.meta = meta
     results.goals = evaluate(results)
     outputs = write_outputs(results, run_dir)
 
+    print()
+    print("SLO per workload:")
+    print("\n".join(slo_lines(results)))
     print()
     print(slo_table(results))
     print()

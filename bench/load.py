@@ -68,6 +68,7 @@ class OpenLoopResult:
     latency: LatencySummary | None
     generator_lag_p99_ms: float  # how late the generator itself sent (free connection)
     stopped_early: str  # why the run stopped before its end ("" when it did not)
+    late: int  # answered later than the SLO, or unanswered at an early stop and older than it
     unanswered: int  # after an early stop: still due or in flight then
     most_connections: int
     load_cpu_cores: float  # the generator's CPU, in cores
@@ -133,6 +134,7 @@ def open_loop_result(raw: dict[str, Any]) -> OpenLoopResult:
         latency=_latency(raw["latency"]),
         generator_lag_p99_ms=raw["generator_lag_p99_ms"],
         stopped_early=raw["stopped_early"],
+        late=raw.get("late", 0),
         unanswered=raw["unanswered"],
         most_connections=raw["most_connections"],
         load_cpu_cores=raw["cpu_cores"],
@@ -147,11 +149,14 @@ def run_open_loop(
     duration_s: float,
     seed: int,
     slo_ms: float | None = None,
+    stop_early: bool = False,
 ) -> OpenLoopResult:
     """Poisson arrivals at `rate_rps` for `duration_s` seconds (`seed` fixes the timetable).
 
-    With `slo_ms`, the run stops as soon as p99 <= slo_ms with no errors can no longer hold
-    (its result says so in `stopped_early`; its percentiles are then lower bounds).
+    With `slo_ms`, answers later than it are counted (`late`); with `stop_early` too, the
+    run stops as soon as it has failed on evidence (a failed request, or more than 1 % of
+    its planned arrivals late; `bench.slo.judge`): its result says so in `stopped_early`,
+    and its percentiles are then lower bounds.
 
     Raises:
         LoadToolError: the generator failed (the server unreachable, a crash).
@@ -162,6 +167,8 @@ def run_open_loop(
     mode = ["--open", f"--rate={rate_rps:.6f}", f"--duration={duration_s:g}", f"--seed={seed}"]
     if slo_ms is not None:
         mode.append(f"--slo-ms={slo_ms:g}")
+        if stop_early:
+            mode.append("--stop-early")
     return open_loop_result(_run(load, mode, duration_s))
 
 

@@ -1,7 +1,7 @@
 """`python -m bench.loadgen`: the benchmark's HTTP/1.1 load generator, open or closed loop.
 
     python -m bench.loadgen --url http://127.0.0.1:8000/v1/fraud/score --pool bodies.jsonl \
-        --open --rate 500 --duration 5 --seed 1 [--slo-ms 25]
+        --open --rate 500 --duration 5 --seed 1 [--slo-ms 25 [--stop-early]]
     python -m bench.loadgen --url ... --pool bodies.jsonl --closed --connections 32 --duration 3
 
 Prints one JSON object (see `run`) on stdout. The benchmark runs it as its own process,
@@ -53,13 +53,15 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from bench.slo import LATE_SHARE
 from bench.stats import percentile, summarize_ms
 
 #: Idle connections older than this are closed by the generator, before the server's
 #: keep-alive (5 s for uvicorn under gunicorn) would close one just as a request goes out.
 IDLE_CLOSE_S = 4.0
-#: Early stop: a run whose failure is certain (more late or failed requests than the 1 %
-#: a p99 may have) stops here, after at least this share of its duration.
+#: Early stop (`--stop-early`): a run whose failure is certain (a failed request, or more
+#: late requests than 1 % of its planned arrivals, `bench.slo.LATE_SHARE`) stops then,
+#: but not before this share of its duration.
 EARLY_STOP_MIN_SHARE = 0.2
 _SPIN_BELOW_S = 0.0011  # epoll's timeout is in whole milliseconds: poll without blocking below
 _TIMEOUT_SCAN_S = 0.005
@@ -310,27 +312,39 @@ class Generator:
     # --- the two loops ----------------------------------------------------------------------
 
     def open_loop(
-        self, rate_rps: float, duration_s: float, seed: int, slo_ms: float | None
+        self, rate_rps: float, duration_s: float, seed: int, slo_ms: float | None,
+        stop_early: bool = False,
     ) -> dict[str, Any]:
-        """Poisson arrivals at `rate_rps` for `duration_s`; see the module docstring."""
+        """Poisson arrivals at `rate_rps` for `duration_s`; see the module docstring.
+
+        The whole timetable is drawn before the first send, so `planned` is the step's
+        total even when it stops early. With `slo_ms`, answers later than it are counted
+        (`late`); with `stop_early` too, the run stops once a request failed or more than
+        1 % of the planned arrivals are late (answered late, or in flight or due and older
+        than `slo_ms`).
+        """
         rng = random.Random(seed)
         self.slo_s = slo_ms / 1e3 if slo_ms else float("inf")
         for _ in range(min(self.max_connections, 4)):  # a few warm connections to start
             self.idle.append(self._ready_connection())
+        offsets = array("d")
+        at = rng.expovariate(rate_rps)
+        while at < duration_s:
+            offsets.append(at)
+            at += rng.expovariate(rate_rps)
+        planned_total = len(offsets)
+        budget = LATE_SHARE * planned_total
         start = time.perf_counter()
-        end = start + duration_s
-        next_arrival = start + rng.expovariate(rate_rps)
+        due = 0  # the next arrival of the timetable
         waiting: deque[float] = deque()
-        planned = 0
         stopped_early = ""
         last_check = start
         cpu_before = time.process_time()
         while True:
             now = time.perf_counter()
-            while next_arrival <= now and next_arrival < end:
-                waiting.append(next_arrival)
-                planned += 1
-                next_arrival += rng.expovariate(rate_rps)
+            while due < planned_total and start + offsets[due] <= now:
+                waiting.append(start + offsets[due])
+                due += 1
             while waiting:
                 arrival = waiting[0]
                 had_connection = bool(self.idle)
@@ -339,21 +353,21 @@ class Generator:
                 waiting.popleft()
                 if had_connection:
                     self.gen_lag_ms.append((now - arrival) * 1e3)
-            if next_arrival >= end and not waiting and self.in_flight() == 0:
+            if due >= planned_total and not waiting and self.in_flight() == 0:
                 break
             # Checked every few ms, not per event: counting late requests walks every connection.
-            if (slo_ms and now - last_check >= _TIMEOUT_SCAN_S
+            if (stop_early and slo_ms and now - last_check >= _TIMEOUT_SCAN_S
                     and now - start >= EARLY_STOP_MIN_SHARE * duration_s):
                 last_check = now
-                budget = 0.01 * rate_rps * duration_s
                 failed = sum(self.errors.values())
-                if failed or self.late + self.late_in_flight(now) > budget:
-                    stopped_early = "errors" if failed else "p99 above the SLO"
+                late_waiting = sum(1 for a in waiting if now - a > self.slo_s)
+                if failed or self.late + self.late_in_flight(now) + late_waiting > budget:
+                    stopped_early = "errors" if failed else "more than 1 % of the planned arrivals late"
                     break
             if waiting:
                 wait_s = 0.0  # blocked on connections: only answers can help
-            elif next_arrival < end:
-                wait_s = next_arrival - time.perf_counter()
+            elif due < planned_total:
+                wait_s = start + offsets[due] - time.perf_counter()
             else:
                 wait_s = 0.01  # draining the last answers
             for conn in self.poll(max(0.0, wait_s)):
@@ -371,18 +385,20 @@ class Generator:
             self.latencies_ms.extend((now - a) * 1e3 for a in waiting)
         lag = sorted(self.gen_lag_ms)
         lag_p99 = percentile(lag, 99) if lag else 0.0
+        late = sum(1 for v in self.latencies_ms if v > slo_ms) if slo_ms else 0
         return {
             "mode": "open",
             "offered_rps": rate_rps,
             "seed": seed,
             "duration_s": duration_s,
             "elapsed_s": elapsed,
-            "planned": planned,
+            "planned": planned_total,
             "sent": self.sent,
             "ok": self.ok,
             "achieved_rps": self.ok / duration_s,
             "errors": dict(self.errors),
             "unanswered": unanswered if stopped_early else 0,
+            "late": late,
             "latency": _summary(self.latencies_ms),
             "generator_lag_p99_ms": lag_p99,
             "stopped_early": stopped_early,
@@ -474,10 +490,11 @@ def read_pool(path: Path) -> list[bytes]:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """One run as the command line says; the JSON-ready result.
 
-    Open loop: `planned` arrivals, `sent`, `ok` (2xx), `errors` by kind (status: non-2xx;
+    Open loop: `planned` arrivals (the whole timetable), `sent`, `ok` (2xx), `errors` by kind (status: non-2xx;
     connect; read: connection closed or garbled; timeout: no answer within `--timeout`),
     `latency` (milliseconds from the arrival, 2xx answers only; after an early stop also
-    the requests then unanswered, at their age then), `generator_lag_p99_ms` (how late it
+    the requests then unanswered, at their age then), `late` (of those, the ones over
+    `--slo-ms`), `generator_lag_p99_ms` (how late it
     sent the requests that found a free connection), `stopped_early` (why, or ""),
     `cpu_cores` / `busy_cores` (the
     generator's CPU, with and without its non-blocking polls before an arrival).
@@ -496,7 +513,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     try:
         if args.closed:
             return generator.closed_loop(args.connections, args.duration)
-        return generator.open_loop(args.rate, args.duration, args.seed, args.slo_ms)
+        return generator.open_loop(args.rate, args.duration, args.seed, args.slo_ms, args.stop_early)
     finally:
         generator.close()
 
@@ -516,8 +533,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--connections", type=int, default=32, help="closed loop: connections")
     p.add_argument("--max-connections", type=int, default=512, help="open loop: at most")
     p.add_argument("--timeout", type=float, default=2.0, help="an answer later is an error")
+    p.add_argument("--slo-ms", type=float, help="open loop: count answers later than this (late)")
     p.add_argument(
-        "--slo-ms", type=float, help="open loop: stop early once p99 <= this cannot hold"
+        "--stop-early", action="store_true",
+        help="open loop, with --slo-ms: stop once a request failed or over 1 %% of the planned are late",
     )
     return p
 

@@ -1,10 +1,13 @@
 """How long and how hard the benchmark runs: the quick and the full plan.
 
-The quick plan (`make bench`) fits in under 8 minutes on a 2-core machine: short steps,
-the headline setups of both workloads, a 10 % refinement tolerance. The full plan
-(`make bench-full`) runs every variant with longer steps and a finer search. Every run is
-bounded in time: each load step by its duration plus the request timeout, each search by
-`max_steps`.
+The quick plan (`make bench`) fits in 12 minutes on a 2-core machine (`time_budget_s`):
+the headline setups and the peers of both workloads, each searched three times, every step
+at least 1,000 arrivals (`min_requests`: a step fails only on evidence, `bench.slo.judge`),
+the repeats starting near the first search's answer so they need fewer steps. The full
+plan (`make bench-full`) runs every variant with longer steps and a finer search. Every
+run is bounded in time: each load step by its duration plus the request timeout, each
+search by `max_steps`, the whole run by `time_budget_s` (`bench.runner.Budget` shares it
+out and cuts repeats that would not fit, saying so).
 """
 
 from __future__ import annotations
@@ -12,15 +15,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from bench.slo import DEFAULT_SLO_MS
-
 
 @dataclass(frozen=True)
 class Plan:
     """Durations (seconds), the search's shape, and the memory measurements."""
 
     mode: str
-    slo_ms: float = DEFAULT_SLO_MS
+    # None: each workload's SLO is derived from the tuned setup's unloaded p50
+    # (bench.slo.derived_slo_ms); a number (--slo-ms) is used for every workload.
+    slo_ms: float | None = None
     seed: int = 2026  # the Poisson timetable of every step (same shape at every rate)
     # Warm-up: closed-loop rounds of warmup_s until two agree within warmup_tolerance
     # (first calls build predict functions), at most warmup_max_s. The last round's
@@ -29,17 +32,32 @@ class Plan:
     warmup_max_s: float = 12.0
     warmup_tolerance: float = 0.2
     closed_connections: int = 32
+    # The unloaded latency: one connection back to back for unloaded_s (its p50 derives the
+    # workload's SLO from the tuned setup, and a setup whose p50 is above the SLO is not
+    # searched: it cannot meet it).
+    unloaded_s: float = 1.5
     # One open-loop step: at least step_s, long enough for min_requests arrivals, at most
-    # step_max_s.
-    step_s: float = 2.5
-    step_max_s: float = 6.0
-    min_requests: int = 300
-    # The sweep: these fractions of the closed-loop RPS, ascending, then bisection to
-    # `tolerance`, `max_steps` measurements in all.
-    ladder_fractions: tuple[float, ...] = (0.1, 0.25, 0.45, 0.65, 0.85, 1.05, 1.3)
+    # step_max_s (below min_requests / step_max_s RPS a step has fewer arrivals, and a
+    # single late request weighs more: the report's curve shows each step's count).
+    step_s: float = 1.0
+    step_max_s: float = 15.0
+    min_requests: int = 1000
+    # The first search: these fractions of the closed-loop RPS, ascending, then bisection
+    # to `tolerance`, `max_steps` measurements in all.
+    # (The ladder starts at 40 %: a rung of 1,000 arrivals at a low rate is the longest step.)
+    ladder_fractions: tuple[float, ...] = (0.4, 0.6, 0.75, 0.9, 1.05, 1.2)
     tolerance: float = 0.1
-    max_steps: int = 10
+    max_steps: int = 8
     min_rate_rps: float = 5.0  # ladder rates are never below this
+    # Searches per setup; the repeats climb these fractions of the first search's SLO-RPS
+    # (bench.slo.repeat_ladder), at most repeat_max_steps measurements each.
+    searches: int = 3
+    # (A repeat whose first rung fails descends: bench.slo.SloSearch's `descend`.)
+    repeat_fractions: tuple[float, ...] = (0.9, 1.0, 1.1, 1.25, 1.5)
+    repeat_max_steps: int = 5
+    # The whole run's wall-clock budget, seconds (None: unbounded), and the setups the plan
+    # runs per workload (bench.__main__.plan_setups).
+    time_budget_s: float | None = 720.0
     timeout_s: float = 2.0  # an answer later than this is an error
     # Before every run the setup must be idle (below idle_cores over idle_window_s): the
     # previous run's backlog is drained (see Runner.wait_idle).
@@ -71,12 +89,35 @@ FULL = Plan(
     mode="full",
     warmup_s=5.0,
     warmup_max_s=40.0,
+    unloaded_s=5.0,
     step_s=10.0,
-    step_max_s=20.0,
-    min_requests=2000,
+    step_max_s=30.0,
+    min_requests=3000,
     ladder_fractions=(0.05, 0.1, 0.2, 0.3, 0.45, 0.6, 0.75, 0.9, 1.05, 1.2, 1.4),
     tolerance=0.03,
     max_steps=18,
+    repeat_fractions=(0.8, 0.85, 0.9, 0.95, 1.0, 1.05, 1.1, 1.2, 1.35, 1.5),
+    repeat_max_steps=10,
+    time_budget_s=None,
     memory_warmup_s=5.0,
     memory_variants=True,
+)
+#: `--smoke`: every path of a run (each setup, peer install, the report) in seconds per
+#: step, for checking the machinery; its figures mean nothing and the report says so.
+SMOKE = Plan(
+    mode="smoke",
+    warmup_s=0.5,
+    warmup_max_s=1.5,
+    unloaded_s=0.5,
+    step_s=0.3,
+    step_max_s=0.6,
+    min_requests=50,
+    ladder_fractions=(0.3, 0.8),
+    max_steps=3,
+    searches=2,
+    repeat_fractions=(1.0, 1.3),
+    repeat_max_steps=2,
+    time_budget_s=None,
+    memory_warmup_s=0.5,
+    profile_s=2.0,
 )

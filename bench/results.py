@@ -4,8 +4,9 @@ Units are in the field names or comments: milliseconds (`_ms`), requests per sec
 (`_rps`), MiB (`_mb`), CPU cores (`_cores`: CPU seconds per wall-clock second).
 
 Every setup record in results.json has (see `SetupResult.record`): `name`, `workload`,
-`column`, `headline`, `status`, `slo_ms`, `slo_rps` (a number, or null when no rate met
-the SLO), `latency_curve` (a list of `{offered_rps, achieved_rps, p50_ms, p99_ms,
+`column`, `headline`, `status`, `slo_ms` (the workload's SLO), `slo_rps` (the median of
+`searches`, each search's SLO-RPS; null when no rate met the SLO), `slo_rps_min` and
+`slo_rps_max`, `unloaded_p50_ms`, `latency_curve` (a list of `{offered_rps, achieved_rps, p50_ms, p99_ms,
 p999_ms, max_ms, errors, ...}`, ascending by offered rate) and `memory` (total PSS per
 API worker count). `RECORD_KEYS` and `CURVE_KEYS` are the keys a reader may rely on.
 """
@@ -17,18 +18,20 @@ from typing import Any
 
 from bench.load import OpenLoopResult
 from bench.memory import ProcessMemory
+from bench.slo import Spread, spread
 
 #: Keys of every setup record in results.json.
 RECORD_KEYS = (
     "name", "workload", "column", "headline", "description", "status", "reason", "workers",
-    "server_cpus", "slo_ms", "slo_rps", "slo_bound_reached", "closed_loop_rps",
+    "server_cpus", "slo_ms", "slo_rps", "slo_rps_min", "slo_rps_max", "searches",
+    "slo_spread_wide", "slo_bound_reached", "closed_loop_rps", "unloaded_p50_ms",
     "latency_curve", "memory", "commands", "notes",
 )
 #: Keys of every latency_curve point (the first seven are the issue's).
 CURVE_KEYS = (
     "offered_rps", "achieved_rps", "p50_ms", "p99_ms", "p999_ms", "max_ms", "errors",
-    "phase", "passed", "verdict", "duration_s", "requests", "schedule_kept", "stopped_early",
-    "generator_lag_p99_ms", "generator_busy_cores", "cpu",
+    "phase", "passed", "verdict", "duration_s", "requests", "late", "schedule_kept",
+    "stopped_early", "generator_lag_p99_ms", "generator_busy_cores", "cpu", "search",
 )
 #: A curve point "at" a rate is within this share of it.
 RATE_MATCH = 0.01
@@ -60,16 +63,18 @@ class CurvePoint:
     verdict: str  # why not ("" when passed)
     duration_s: float
     requests: int  # arrivals in the step's timetable
+    late: int  # of them, answered later than the SLO (or unanswered and older at a stop)
     schedule_kept: bool
     stopped_early: str  # why the step stopped early; its percentiles are then lower bounds
     generator_lag_p99_ms: float
     generator_busy_cores: float  # the generator's CPU without its polls before arrivals
     cpu: CpuUse | None = None
+    search: int = 0  # which search of the setup (1, 2, ...); 0 for a reference step
 
     @classmethod
     def from_run(
         cls, run: OpenLoopResult, *, phase: str, passed: bool, verdict: str, schedule_kept: bool,
-        cpu: CpuUse | None,
+        cpu: CpuUse | None, search: int = 0,
     ) -> CurvePoint:
         """The point for one `bench.load.run_open_loop` result."""
         lat = run.latency
@@ -86,11 +91,13 @@ class CurvePoint:
             verdict=verdict,
             duration_s=run.duration_s,
             requests=run.planned,
+            late=run.late,
             schedule_kept=schedule_kept,
             stopped_early=run.stopped_early,
             generator_lag_p99_ms=run.generator_lag_p99_ms,
             generator_busy_cores=run.load_busy_cores,
             cpu=cpu,
+            search=search,
         )
 
 
@@ -134,11 +141,27 @@ class SetupResult:
     server_cpus: list[int] = field(default_factory=list)
     commands: list[str] = field(default_factory=list)
     closed_loop_rps: float | None = None  # the last warm-up round: seeds the ladder
-    slo_rps: float | None = None
+    unloaded_p50_ms: float | None = None  # one connection back to back, after the warm-up
+    slo_rps: float | None = None  # the median of `searches` (None: never met)
+    searches: list[float | None] = field(default_factory=list)  # each search's SLO-RPS
     slo_bound_reached: bool = False  # every ladder rate passed: SLO-RPS is at least slo_rps
     latency_curve: list[CurvePoint] = field(default_factory=list)
     memory: list[MemoryRun] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def spread(self) -> Spread | None:
+        """Median and min-max of the searches (`bench.slo.spread`); None before any."""
+        return spread(self.searches) if self.searches else None
+
+    def at_slo(self) -> CurvePoint | None:
+        """The step shown at the SLO-RPS: the highest passed step offered at most the
+        (median) SLO-RPS, the one at that rate if it was measured."""
+        if self.slo_rps is None:
+            return None
+        passed = [p for p in self.latency_curve if p.passed and p.p99_ms is not None
+                  and p.offered_rps <= self.slo_rps * (1 + RATE_MATCH)]
+        return max(passed, key=lambda p: p.offered_rps) if passed else None
 
     def memory_at(self, workers: int) -> MemoryRun | None:
         """The memory measurement with `workers` API workers, if taken."""
@@ -170,8 +193,13 @@ class SetupResult:
             "server_cpus": list(self.server_cpus),
             "slo_ms": self.slo_ms,
             "slo_rps": self.slo_rps,
+            "slo_rps_min": self.spread.low if self.spread else None,
+            "slo_rps_max": self.spread.high if self.spread else None,
+            "searches": list(self.searches),
+            "slo_spread_wide": self.spread.wide if self.spread else False,
             "slo_bound_reached": self.slo_bound_reached,
             "closed_loop_rps": self.closed_loop_rps,
+            "unloaded_p50_ms": self.unloaded_p50_ms,
             "latency_curve": [to_jsonable(p) for p in self.sorted_curve()],
             "memory": [to_jsonable(m) for m in self.memory],
             "commands": list(self.commands),
@@ -209,6 +237,13 @@ class BenchResults:
             if s.workload == workload and s.column == column and (column != "split" or s.headline):
                 return s
         return None
+
+    def slo_ms(self, workload: str) -> float | None:
+        """The SLO `workload` was searched at, ms (meta's `slo`, else its setups')."""
+        entry = self.meta.get("slo", {}).get(workload)
+        if entry:
+            return float(entry["slo_ms"])
+        return next((s.slo_ms for s in self.setups if s.workload == workload), None)
 
     def workloads(self) -> list[str]:
         """The workloads of the run, in run order."""

@@ -1,27 +1,41 @@
 """Runs the plan over the (workload, setup) jobs: start, warm up, search the SLO, measure memory.
 
+Per workload, first (when it is the heavier model or `Plan.model_cost` says so) the model's
+in-process cost per call by batch size (`bench.model_cost`, pinned to the server CPUs).
 Per job, in this order:
 1. start the setup pinned to the server CPUs and wait until it scores a real transaction;
 2. warm up: closed-loop rounds until two agree (first calls build predict functions); the
    last round's answers per second is the closed-loop RPS, which only seeds the ladder;
-3. the SLO search (`bench.slo.SloSearch`): open-loop steps up the ladder (fractions of the
-   closed-loop RPS) until one fails, then bisection between the last pass and the first
-   failure, every step a `CurvePoint` of the setup's latency curve (the sweep's first failure
-   is measured once more before it counts: on a shared machine one failure may be noise);
-4. reference steps, the rates the targets compare at: for tuned, 10 % of its own SLO-RPS;
-   for the headline split, tuned's SLO-RPS and 10 % of it (same workload);
-5. memory, after all throughput runs: for each API worker count of the plan, a fresh start,
-   a short closed-loop round, then the total PSS of the process tree. An in-process setup
-   whose throughput start already has such a count is measured right after that start.
+3. the unloaded latency: one connection back to back. The tuned setup's p50 derives the
+   workload's SLO (`bench.slo.derived_slo_ms`, unless `--slo-ms` fixed it; tuned runs
+   first, or is started for this alone); a setup whose unloaded p50 is above the SLO
+   cannot meet it and is not searched;
+4. the SLO search (`bench.slo.SloSearch`), `Plan.searches` times: the first up the ladder
+   (fractions of the closed-loop RPS) until a step fails, then bisection; the repeats up
+   `bench.slo.repeat_ladder` around the first's answer. Each step is a `CurvePoint`, the
+   sweep's first failure is measured once more before it counts. The SLO-RPS is the
+   median of the searches (`bench.slo.spread`);
+5. reference steps, the rates the targets compare at: 10 % of tuned's SLO-RPS, for tuned
+   and for the headline split (of the workloads in `REFERENCE_WORKLOADS`: the target's);
+6. memory, after all throughput runs: for each API worker count of the plan, a fresh start,
+   a short closed-loop round, then the total PSS of the process tree. A setup whose
+   throughput start already has such a count is measured right after that start.
 Every step starts from an idle setup (`wait_idle`). Refinement and confirmation steps stop
-early once they cannot pass (their percentiles are then lower bounds, and say so); sweep and reference
-steps always run their whole duration, so the curve's shape is true where it is drawn.
+early once they have failed on evidence (more than 1 % of their planned arrivals late, or
+an error; their percentiles are then lower bounds, and say so); sweep and reference steps
+always run their whole duration, so the curve's shape is true where it is drawn.
+`Budget` shares the plan's wall-clock budget among the jobs: a repeat search that would
+not fit in a job's share is not run, and the result says how many searches it has.
 A job that fails is recorded with its reason and the run goes on with the next.
 """
 
 from __future__ import annotations
 
 import functools
+import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -38,17 +52,56 @@ from bench.load import (
 )
 from bench.memory import tree_memory
 from bench.plan import Plan
-from bench.processes import SetupError
+from bench.processes import REPO, SetupError, taskset
 from bench.procfs import CLK_TCK, CpuMeter, tree_cpu_ticks
 from bench.results import BenchResults, CpuUse, CurvePoint, MemoryRun, SetupResult
-from bench.setups import NotAvailable, RunningSetup, Setup, start
-from bench.slo import SloSearch, judge, schedule_kept
+from bench.setups import TUNED, NotAvailable, RunningSetup, Setup, start, wrap_body
+from bench.slo import DEFAULT_SLO_MS, SloSearch, derived_slo_ms, judge, repeat_ladder, schedule_kept, spread
 from bench.workload import Workload
 
 T = TypeVar("T", ClosedLoopResult, OpenLoopResult)
 Progress = Callable[[str], None]
 #: The targets' low-load comparison: this share of tuned's SLO-RPS.
 LOW_LOAD_SHARE = 0.1
+#: Workloads whose in-process model cost by batch size is measured (bench.goals' estimate
+#: of the heavier model's 1-CPU limit).
+MODEL_COST_WORKLOADS = ("fraud-transformer",)
+#: Workloads with the low-load reference steps (bench.goals' "median at low load").
+REFERENCE_WORKLOADS = ("fraud",)
+#: A search whose lowest rate fails tries this share of it next (bench.slo.SloSearch).
+DESCEND = 0.6
+MODEL_COST_BATCHES = (1, 2, 4, 8, 16, 32, 64)
+#: Seconds a fresh start for memory takes, about (what Budget sets aside for them); Ray's
+#: local cluster takes longer to start.
+MEMORY_START_S = {"peer": 25.0}
+MEMORY_START_DEFAULT_S = 12.0
+
+
+@dataclass
+class Budget:
+    """The run's wall-clock budget, shared among the jobs still to run.
+
+    Args:
+        total_s: the plan's budget, seconds (None: unbounded).
+        started: `time.monotonic()` at the start of the run.
+    """
+
+    total_s: float | None
+    started: float
+
+    def left(self, now: float) -> float:
+        """Seconds of the budget left at `now` (inf when unbounded)."""
+        if self.total_s is None:
+            return float("inf")
+        return self.total_s - (now - self.started)
+
+    def job_deadline(self, now: float, jobs_left: int, reserve_s: float) -> float:
+        """When the job starting at `now` should be done: an equal share of what is left
+        after `reserve_s` (memory runs to come), among `jobs_left` jobs (this one included)."""
+        left = self.left(now)
+        if left == float("inf"):
+            return float("inf")
+        return now + max(0.0, left - reserve_s) / max(1, jobs_left)
 
 
 @dataclass(frozen=True)
@@ -98,18 +151,42 @@ class Runner:
         self.env = env
         self._progress = progress
         self._started = time.monotonic()
+        self.budget = Budget(plan.time_budget_s, self._started)
+        self.slo: dict[str, dict[str, object]] = {}  # workload -> {"slo_ms", "how", ...}
+        self.model_costs: dict[str, dict[str, object]] = {}
+        self._deadline = float("inf")  # the running job's share of the budget ends here
+        self._reserve_s = 0.0  # what the memory runs still to come need of the budget
 
     def say(self, message: str) -> None:
-        """A progress line, prefixed with the time since the run started."""
-        elapsed = time.monotonic() - self._started
-        self._progress(f"[bench {int(elapsed) // 60:02d}:{int(elapsed) % 60:02d}] {message}")
+        """A progress line, prefixed with the time since the run started (and, under a
+        budget, the minutes of it left)."""
+        now = time.monotonic()
+        elapsed = now - self._started
+        left = self.budget.left(now)
+        budget = "" if left == float("inf") else f" {max(0, int(left)) // 60}m{max(0, int(left)) % 60:02d}s left"
+        self._progress(f"[bench {int(elapsed) // 60:02d}:{int(elapsed) % 60:02d}{budget}] {message}")
 
     def load_settings(self, running: RunningSetup) -> LoadSettings:
-        """How the generator is pointed at `running` under this plan."""
+        """How the generator is pointed at `running` under this plan (its bodies wrapped as
+        the setup takes them, `Setup.body_field`)."""
+        pool = self.env.pool
+        field_name = running.setup.body_field
+        if field_name:
+            pool = self.env.run_dir / f"bodies-{field_name}.jsonl"
+            if not pool.exists():
+                lines = [line for line in self.env.pool.read_bytes().splitlines() if line.strip()]
+                pool.write_bytes(b"\n".join(wrap_body(line, field_name) for line in lines) + b"\n")
         return LoadSettings(
-            url=running.url, pool=self.env.pool, cpus=self.env.load_cpus,
-            timeout_s=self.plan.timeout_s,
+            url=running.url, pool=pool, cpus=self.env.load_cpus, timeout_s=self.plan.timeout_s,
         )
+
+    def slo_for(self, workload: Workload) -> float:
+        """The SLO `workload` is searched at, ms: `--slo-ms`, else the derived one, else
+        (not derived yet) the floor."""
+        if self.plan.slo_ms is not None:
+            return self.plan.slo_ms
+        entry = self.slo.get(workload.name)
+        return float(entry["slo_ms"]) if entry else DEFAULT_SLO_MS
 
     def start_setup(
         self, setup: Setup, workload: Workload, workers: int | None = None
@@ -124,9 +201,63 @@ class Runner:
         self.say(f"{workload.name}/{setup.name}: starting, {count}, CPUs "
                  f"{','.join(map(str, cpus)) or 'all (not pinned)'}")
         running = start(setup, workload, cpus=cpus, run_dir=self.env.run_dir,
-                         probe=self.env.probe, workers=workers)
+                        probe=self.env.probe, workers=workers, slo_ms=self.slo_for(workload))
         self.say(f"{workload.name}/{setup.name}: ready, {running.workers} worker(s)")
         return running
+
+    def unloaded_p50(self, running: RunningSetup, load: LoadSettings) -> float | None:
+        """p50 in ms of one connection back to back for `plan.unloaded_s` (None: no answer)."""
+        self.wait_idle(running)
+        closed = run_closed_loop(load, connections=1, duration_s=self.plan.unloaded_s)
+        return closed.latency.p50_ms if closed.latency else None
+
+    def derive_slo(self, workload: Workload, tuned_p50_ms: float | None, source: str) -> None:
+        """Set `workload`'s SLO from the tuned setup's unloaded p50 (see bench.slo)."""
+        if self.plan.slo_ms is not None:
+            self.slo[workload.name] = {"slo_ms": self.plan.slo_ms, "how": "--slo-ms"}
+        elif tuned_p50_ms is None:
+            self.slo[workload.name] = {"slo_ms": DEFAULT_SLO_MS,
+                                       "how": f"the floor: tuned's unloaded p50 not measured ({source})"}
+        else:
+            slo = derived_slo_ms(tuned_p50_ms)
+            self.slo[workload.name] = {
+                "slo_ms": slo, "tuned_unloaded_p50_ms": round(tuned_p50_ms, 3),
+                "how": f"max(25 ms, 10 x tuned's unloaded one-request p50 {tuned_p50_ms:.2f} ms), "
+                       "rounded up to 5 ms",
+            }
+        self.say(f"{workload.name}: SLO p99 <= {self.slo[workload.name]['slo_ms']:g} ms "
+                 f"({self.slo[workload.name]['how']})")
+
+    def calibrate(self, workload: Workload) -> None:
+        """Derive `workload`'s SLO when the tuned setup is not part of the run: start it
+        for its unloaded p50 alone."""
+        p50 = None
+        try:
+            with self.start_setup(TUNED, workload) as running:
+                load = self.load_settings(running)
+                run_closed_loop(load, connections=self.plan.closed_connections, duration_s=self.plan.warmup_s)
+                p50 = self.unloaded_p50(running, load)
+        except (SetupError, LoadToolError, OSError) as exc:
+            self.say(f"{workload.name}: the tuned setup for the SLO failed: {str(exc).splitlines()[0]}")
+        self.derive_slo(workload, p50, "tuned started for the SLO alone")
+
+    def model_cost(self, workload: Workload) -> dict[str, object]:
+        """The model's in-process ms per call by batch size (`bench.model_cost`), pinned to
+        the server CPUs; {"error": ...} when it fails."""
+        args = [*taskset(self.env.server_cpus), sys.executable, "-m", "bench.model_cost",
+                f"--model-dir={workload.version_dir}", "--batches=" + ",".join(map(str, MODEL_COST_BATCHES)),
+                f"--min-s={max(0.05, self.plan.step_s / 5):g}"]
+        self.say(f"{workload.name}: the model's in-process cost per call, batches "
+                 + ", ".join(map(str, MODEL_COST_BATCHES)))
+        try:
+            done = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=180,
+                                  env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+            cost = dict(json.loads(done.stdout.strip().splitlines()[-1]))
+        except (subprocess.TimeoutExpired, ValueError, IndexError, OSError) as exc:
+            return {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+        self.say(f"{workload.name}: ms per call by batch: "
+                 + ", ".join(f"{b}: {ms:.2f}" for b, ms in cost["batch_ms"].items()))
+        return cost
 
     def wait_idle(self, running: RunningSetup) -> bool:
         """Wait until the setup's processes use almost no CPU: the previous run's backlog
@@ -170,32 +301,37 @@ class Runner:
         return rounds[-1], steady
 
     def step(
-        self, running: RunningSetup, load: LoadSettings, rate: float, phase: str
+        self, running: RunningSetup, load: LoadSettings, rate: float, phase: str, search: int = 0,
     ) -> CurvePoint:
-        """One open-loop step at `rate`; its curve point (judged against the SLO)."""
+        """One open-loop step at `rate`; its curve point (judged against the workload's SLO)."""
         plan = self.plan
+        slo = self.slo_for(running.workload)
         duration = plan.step_duration(rate)
         self.wait_idle(running)
         run, cpu = measure_cpu(
             running,
             lambda: run_open_loop(
-                load, rate_rps=rate, duration_s=duration, seed=plan.seed,
-                slo_ms=plan.slo_ms if phase in ("refine", "confirm") else None,
+                load, rate_rps=rate, duration_s=duration, seed=plan.seed, slo_ms=slo,
+                stop_early=phase in ("refine", "confirm"),
             ),
         )
         lat = run.latency
         kept = schedule_kept(planned=run.planned, sent=run.sent,
-                             generator_lag_p99_ms=run.generator_lag_p99_ms, slo_ms=plan.slo_ms)
+                             generator_lag_p99_ms=run.generator_lag_p99_ms, slo_ms=slo)
         verdict = judge(p99_ms=lat.p99_ms if lat else None, errors=run.errors.total,
-                        schedule_kept=kept, slo_ms=plan.slo_ms)
+                        schedule_kept=kept, slo_ms=slo, answered=run.ok, late=run.late,
+                        planned=run.planned)
         point = CurvePoint.from_run(run, phase=phase, passed=verdict.passed,
-                                    verdict=verdict.reason, schedule_kept=kept, cpu=cpu)
+                                    verdict=verdict.reason, schedule_kept=kept, cpu=cpu, search=search)
         shown = (f"p50 {lat.p50_ms:.1f} p99 {lat.p99_ms:.1f} max {lat.max_ms:.1f} ms"
                  if lat else "no answers")
+        label = f"search {search}, {phase}" if search else phase
         self.say(
-            f"{running.workload.name}/{running.setup.name}: {rate:,.1f} RPS ({phase}, "
-            f"{duration:g} s): {shown}, {run.achieved_rps:,.0f} RPS answered -- "
+            f"{running.workload.name}/{running.setup.name}: {rate:,.1f} RPS ({label}, "
+            f"{duration:g} s, {run.planned} planned, {run.late} late): {shown}, "
+            f"{run.achieved_rps:,.0f} RPS answered -- "
             + ("meets the SLO" if verdict.passed else f"fails: {verdict.reason}")
+            + (f" ({verdict.reason})" if verdict.passed and verdict.reason else "")
             + (f" (stopped early: {run.stopped_early})" if run.stopped_early else "")
         )
         return point
@@ -203,35 +339,58 @@ class Runner:
     def run(self, jobs: Sequence[Job]) -> BenchResults:
         """Every job's throughput and latency, then memory (see the module docstring)."""
         results = BenchResults(meta={}, setups=[])
-        for job in jobs:
+        memory_starts = {id(j): self._memory_reserve(j) for j in jobs if j.memory}
+        for index, job in enumerate(jobs):
             setup, workload = job.setup, job.workload
+            first_of_workload = all(j.workload.name != workload.name for j in jobs[:index])
+            if first_of_workload:
+                if workload.name in MODEL_COST_WORKLOADS:
+                    self.model_costs[workload.name] = self.model_cost(workload)
+                has_tuned = any(j.workload.name == workload.name and j.setup.column == "tuned"
+                                and j.setup.available for j in jobs)
+                if self.plan.slo_ms is not None:
+                    self.derive_slo(workload, None, "--slo-ms")
+                elif not has_tuned:
+                    self.calibrate(workload)
             result = SetupResult(setup.name, workload.name, setup.column, setup.description,
-                                 headline=setup.headline, slo_ms=self.plan.slo_ms)
+                                 headline=setup.headline, slo_ms=self.slo_for(workload))
             results.setups.append(result)
             if not setup.available:
                 result.status, result.reason = "skipped", setup.unavailable_reason
                 self.say(f"{workload.name}/{setup.name}: skipped, {setup.unavailable_reason}")
                 continue
+            reserve = self._reserve_s = sum(memory_starts.values())
+            self._deadline = self.budget.job_deadline(time.monotonic(), len(jobs) - index, reserve)
             references = self._references(results, job)
             if self._guard(result, functools.partial(self._run_job, job, result, references)):
                 result.status = "ok"
             elif result.status != "skipped":
                 result.status = "failed"
+            result.slo_ms = self.slo_for(workload)
+        self._deadline = float("inf")
         for job in jobs:
             result = results.get(job.workload.name, job.setup.name)
             if job.memory and result is not None and result.status == "ok":
                 if not self._guard(result, functools.partial(self._measure_memory, job, result)):
                     result.notes.insert(0, "memory measurement failed")
+        results.meta["slo"] = dict(self.slo)
+        results.meta["model_cost"] = dict(self.model_costs)
         return results
+
+    def _memory_reserve(self, job: Job) -> float:
+        """Seconds set aside for `job`'s memory runs (fresh starts)."""
+        per_start = MEMORY_START_S.get(job.setup.kind, MEMORY_START_DEFAULT_S) + self.plan.memory_warmup_s
+        return per_start * len(self.plan.memory_workers)
 
     def _references(self, results: BenchResults, job: Job) -> list[float]:
         """The rates the targets compare at, for this job (see the module docstring)."""
-        if not (job.setup.headline and job.setup.column == "split"):
+        if not (job.setup.headline and job.setup.column == "split") or (
+                job.workload.name not in REFERENCE_WORKLOADS):
             return []
         tuned = results.column(job.workload.name, "tuned")
         if tuned is None or tuned.slo_rps is None:
             return []
-        return [tuned.slo_rps, LOW_LOAD_SHARE * tuned.slo_rps]
+        return [LOW_LOAD_SHARE * tuned.slo_rps]
 
     def _guard(self, result: SetupResult, step: Callable[[], None]) -> bool:
         """Run `step`; on a setup or load failure note it in `result` and go on."""
@@ -251,13 +410,13 @@ class Runner:
             return False
 
     def _run_job(self, job: Job, result: SetupResult, references: list[float]) -> None:
-        plan, setup = self.plan, job.setup
+        plan, setup, workload = self.plan, job.setup, job.workload
         result.server_cpus = list(self.env.server_cpus)
-        with self.start_setup(setup, job.workload) as running:
+        with self.start_setup(setup, workload) as running:
             result.workers = running.workers
             result.commands = running.commands()
             load = self.load_settings(running)
-            if job.memory and setup.kind == "inprocess" and result.workers in plan.memory_workers:
+            if job.memory and setup.kind != "split" and result.workers in plan.memory_workers:
                 result.memory.append(self._memory(running))  # a fresh start: saves one
             closed_rps, steady = self.warm_up(running, load)
             if not steady:
@@ -265,23 +424,76 @@ class Runner:
             result.closed_loop_rps = closed_rps
             if closed_rps <= 0:
                 raise SetupError("no successful answer in the closed-loop warm-up")
-            search = SloSearch(plan.ladder(closed_rps), plan.tolerance, plan.max_steps)
-            while (step := search.next_step()) is not None:
-                rate, phase = step
-                point = self.step(running, load, rate, phase)
-                result.latency_curve.append(point)
-                search.record(rate, point.passed)
-            result.slo_rps = search.slo_rps
-            result.slo_bound_reached = search.bound_reached
-            if search.bound_reached:
-                result.notes.append("every ladder rate met the SLO: SLO-RPS is at least this")
-            own = [LOW_LOAD_SHARE * search.slo_rps] if setup.column == "tuned" and search.slo_rps else []
+            result.unloaded_p50_ms = self.unloaded_p50(running, load)
+            if setup.column == "tuned" and workload.name not in self.slo:
+                self.derive_slo(workload, result.unloaded_p50_ms, "the tuned setup of this run")
+            slo = self.slo_for(workload)
+            result.slo_ms = slo
+            self.say(f"{workload.name}/{setup.name}: unloaded p50 "
+                     + (f"{result.unloaded_p50_ms:.2f} ms" if result.unloaded_p50_ms is not None else "–"))
+            if result.unloaded_p50_ms is None or result.unloaded_p50_ms > slo:
+                result.searches = [None]
+                result.notes.append(f"not searched: its unloaded p50 ({result.unloaded_p50_ms or 0:.1f} ms) is "
+                                    f"above the SLO ({slo:g} ms), which it can then never meet")
+                self.say(f"{workload.name}/{setup.name}: never meets p99 <= {slo:g} ms "
+                         "(unloaded p50 above it): not searched")
+                return
+            self._searches(running, load, result, closed_rps)
+            own = ([LOW_LOAD_SHARE * result.slo_rps] if setup.column == "tuned" and result.slo_rps
+                   and workload.name in REFERENCE_WORKLOADS else [])
             for rate in [*own, *references]:
                 measured = result.point_at(rate)
                 if measured is None or measured.stopped_early:  # a whole step at that rate
                     result.latency_curve.append(self.step(running, load, rate, "reference"))
-            shown = f"{result.slo_rps:,.0f} RPS" if result.slo_rps else "never met"
-            self.say(f"{job.workload.name}/{setup.name}: SLO-RPS (p99 <= {plan.slo_ms:g} ms) {shown}")
+            sp = result.spread
+            shown = (f"{result.slo_rps:,.0f} RPS" if result.slo_rps else "never met") + (
+                f" (median of {len(result.searches)}: " + ", ".join(f"{v:,.0f}" for v in sp.values)
+                + (f"; spread {sp.relative:.0%} > 15 %" if sp.wide else "") + ")" if sp else "")
+            self.say(f"{workload.name}/{setup.name}: SLO-RPS (p99 <= {slo:g} ms) {shown}")
+
+    def _searches(self, running: RunningSetup, load: LoadSettings, result: SetupResult,
+                  closed_rps: float) -> None:
+        """`plan.searches` SLO searches (the repeats around the first's answer); sets
+        `result.searches`, `slo_rps` (their median) and `slo_bound_reached`."""
+        plan = self.plan
+        first_ladder = plan.ladder(closed_rps)
+        bound = False
+        for number in range(1, plan.searches + 1):
+            if number == 1:
+                search = SloSearch(first_ladder, plan.tolerance, plan.max_steps,
+                                   descend=DESCEND, min_rate=plan.min_rate_rps)
+            else:
+                ladder = repeat_ladder(result.searches[0], plan.repeat_fractions, first_ladder)
+                search = SloSearch(sorted({max(plan.min_rate_rps, r) for r in ladder}), plan.tolerance,
+                                   plan.repeat_max_steps, descend=DESCEND, min_rate=plan.min_rate_rps)
+                # Each repeat needs about its ladder's first steps; skip it when they do not
+                # fit in this job's share of the budget.
+                need = sum(plan.step_duration(r) + 1.0 for r in search.ladder[:4])
+                if time.monotonic() + need > self._deadline:
+                    result.notes.append(f"time budget: {number - 1} of {plan.searches} searches")
+                    self.say(f"{result.workload}/{result.name}: search {number} skipped, it would "
+                             "not fit in the run's time budget")
+                    break
+            while (step := search.next_step()) is not None:
+                rate, phase = step
+                if self.budget.left(time.monotonic()) - plan.step_duration(rate) < self._reserve_s:
+                    # The run's budget is spent (memory runs aside): stop here, with what the
+                    # search has so far, rather than run past it.
+                    result.notes.append(f"time budget spent during search {number}: its answer is "
+                                        "the last pass so far")
+                    self.say(f"{result.workload}/{result.name}: the run's time budget is spent, "
+                             f"search {number} ends here")
+                    break
+                point = self.step(running, load, rate, phase, search=number)
+                result.latency_curve.append(point)
+                search.record(rate, point.passed)
+            result.searches.append(search.slo_rps)
+            bound = bound or search.bound_reached
+        sp = spread(result.searches)
+        result.slo_rps = sp.median if sp.median > 0 else None
+        result.slo_bound_reached = bound
+        if bound:
+            result.notes.append("a search met the SLO at every ladder rate: SLO-RPS is at least this")
 
     def _measure_memory(self, job: Job, result: SetupResult) -> None:
         """A fresh start per memory worker count not measured yet; read its PSS."""

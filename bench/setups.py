@@ -7,6 +7,8 @@
 | `split` | `./run-server.sh`, nothing set: serving + the API | `async def` | in serving only |
 | `split-*` | the same with one setting changed (a variant) | `async def` | in serving only |
 | `ceiling` | the API's gunicorn (`gunicorn.conf.py`), workers = cores | the API's own | none: answered in-process |
+| `bentoml` (peer) | `bentoml serve`, own venv, 1 worker | `@bentoml.api(batchable=True)` | in-process, batched |
+| `ray-serve` (peer) | local Ray + Serve, own venv, 1 replica | FastAPI + `@serve.batch` | in the replica, batched |
 
 `split` is the product's default, the one the headline measures: exactly what
 `run-server.sh` (and `make run`) starts without extra settings, which sizes both tiers from
@@ -22,6 +24,9 @@ The ceiling is the product's API itself (`bench.apps.ceiling`: the same app fact
 middleware, route, gunicorn settings and HTTP server as the split's API) with a serving
 client that answers without a model, so the split can be no faster.
 
+The peers (`bench.peers`: what a user would pick instead) are installed by the benchmark
+into venvs of their own, pinned, and run the same SavedModel and feature code.
+
 Every server process runs under `taskset -c <server CPUs>`, so all setups get the same CPU
 budget (and `run-server.sh` sees that budget as its affinity) and the load generator keeps
 its own CPU.
@@ -29,7 +34,9 @@ its own CPU.
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import sys
 import types
 import typing
@@ -38,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.peers import PEERS, PeerInstallError, ensure_installed
 from bench.processes import REPO, Probe, SetupError, log_count, taskset
 from bench.procfs import all_stats, cmdline, process_tree
 from bench.workload import FRAUD, Workload
@@ -76,14 +84,14 @@ _ONE_THREAD_ENV = {
 class Setup:
     """One setup under comparison.
 
-    `column` is its family in the tables (naive | tuned | split | ceiling); of the split
+    `column` is its family in the tables (naive | tuned | split | ceiling | peer); of the split
     setups the `headline` one is the product's default, the others are variants.
     """
 
     name: str
     column: str
     description: str
-    kind: str  # "inprocess" (one gunicorn app) or "split" (run-server.sh)
+    kind: str  # "inprocess" (one gunicorn app), "split" (run-server.sh) or "peer" (bench.peers)
     app: str = ""  # gunicorn app spec for kind "inprocess"
     gunicorn_conf: Path = INPROCESS_GUNICORN_CONF  # kind "inprocess": gunicorn's -c
     preload: bool = False
@@ -92,12 +100,18 @@ class Setup:
     headline: bool = False
     available: bool = True
     unavailable_reason: str = ""
+    peer: str = ""  # kind "peer": its name in bench.peers.PEERS
+    # The request body as this setup takes it: "" the route's Transaction as is; a field name
+    # F: {"F": [<Transaction>]} (a BentoML batchable API takes one list parameter).
+    body_field: str = ""
 
     def workers_for(self, server_cores: int) -> int | None:
         """In-process worker count on `server_cores` CPUs; None for a split setup, whose
-        run-server.sh sizes its API itself."""
+        run-server.sh sizes its API itself; 1 for a peer (BentoML workers, Serve replicas)."""
         if self.kind == "split":
             return None
+        if self.kind == "peer":
+            return self.fixed_workers or 1
         return self.fixed_workers if self.fixed_workers is not None else max(1, server_cores)
 
 
@@ -184,7 +198,7 @@ def split_variants(fields: Mapping[str, Any]) -> list[Setup]:
             name="split",
             column="split",
             description="./run-server.sh with nothing set (the product default): python -m "
-            "serving + the API, both sized from the CPU budget, REST between them",
+            "serving + the API, both sized from the CPU budget, REST over a Unix-domain socket between them",
             kind="split",
             headline=True,
         )
@@ -241,16 +255,44 @@ def api_settings_fields() -> Mapping[str, Any]:
     return Settings.model_fields
 
 
+BENTOML = Setup(
+    name="bentoml",
+    column="peer",
+    description="BentoML 1.4 (own venv): one @bentoml.service, @bentoml.api(batchable=True) "
+    "adaptive batching, the SavedModel and feature code in-process, 1 worker",
+    kind="peer",
+    peer="bentoml",
+    body_field="transactions",
+)
+RAY_SERVE = Setup(
+    name="ray-serve",
+    column="peer",
+    description="Ray Serve 2.60 (own venv): one deployment, FastAPI ingress, @serve.batch, "
+    "the SavedModel and feature code in the replica, 1 replica",
+    kind="peer",
+    peer="ray-serve",
+)
+
+
 def all_setups() -> list[Setup]:
-    """Every setup in run order: ceiling, naive, tuned (the targets compare the split with
-    its SLO-RPS), then the split and its variants."""
-    return [CEILING, NAIVE, TUNED, *split_variants(api_settings_fields())]
+    """Every setup in run order: tuned first (each workload's SLO is derived from it, and
+    the targets compare with its SLO-RPS), ceiling, naive, the split and its variants, then
+    the peers."""
+    return [TUNED, CEILING, NAIVE, *split_variants(api_settings_fields()), BENTOML, RAY_SERVE]
 
 
 # --- running a setup -------------------------------------------------------------------
 
 
 def _role(pid: int, parent_cmd: str, cmd: str, split: bool) -> str:
+    if "_bentoml_impl.worker" in cmd:
+        return "bentoml worker"
+    if "ServeReplica" in cmd:
+        return "ray-serve replica worker"
+    if "bentoml" in cmd:
+        return "bentoml"
+    if cmd.startswith("ray::") or "/ray/" in cmd or "ray_serve_app" in cmd:
+        return "ray " + (cmd.split()[0].rsplit("/", 1)[-1] if cmd else str(pid))[:40]
     if "-m serving" in cmd or "tensorflow_model_server" in cmd:
         return "serving"
     if "gunicorn" in cmd:
@@ -269,10 +311,13 @@ class RunningSetup:
         self.workload = workload
         self.url = url
         self.root = root
+        self._seen: set[int] = set()  # every pid of the tree seen, for stop()
 
     def pids(self) -> list[int]:
         """Every live process of the setup (the root and all it started)."""
-        return process_tree([self.root.pid])
+        pids = process_tree([self.root.pid])
+        self._seen.update(pids)
+        return pids
 
     def roles(self) -> dict[int, str]:
         """pid -> role: "serving", "api", "api worker", "run-server", "gunicorn", ..."""
@@ -293,8 +338,16 @@ class RunningSetup:
         return [" ".join(self.root.args)]
 
     def stop(self) -> None:
-        """Stop the setup (run-server.sh stops the API before serving)."""
+        """Stop the setup (run-server.sh stops the API before serving); then end whatever
+        of its tree outlived its root (Ray's actors run in sessions of their own, so the
+        root's process group does not hold them)."""
+        self.pids()
         self.root.stop()
+        for pid in sorted(self._seen - {self.root.pid}):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
     def __enter__(self) -> RunningSetup:
         return self
@@ -307,12 +360,12 @@ class NotAvailable(SetupError):
     """The setup cannot run with the code in this checkout yet (reported as skipped)."""
 
 
-def _wait_scored(proc: Process, url: str, probe: bytes) -> None:
+def _wait_scored(proc: Process, url: str, probe: bytes, timeout_s: float = PROBE_TIMEOUT_S) -> None:
     scored = Probe(url, probe)
     try:
         wait_until(
             scored,
-            timeout_s=PROBE_TIMEOUT_S,
+            timeout_s=timeout_s,
             what=f"{proc.name} to score a transaction",
             watch=[proc],
             poll_s=0.25,
@@ -425,6 +478,56 @@ def _start_split(
     return RunningSetup(setup, workload, url, proc)
 
 
+def wrap_body(body: bytes, field_name: str) -> bytes:
+    """`body` (one JSON document) as `{"<field_name>": [body]}`; unchanged for no field."""
+    if not field_name:
+        return body
+    return b'{"' + field_name.encode() + b'":[' + body + b"]}"
+
+
+def _start_peer(
+    setup: Setup, workload: Workload, workers: int, cpus: tuple[int, ...], run_dir: Path,
+    probe: bytes, slo_ms: float,
+) -> RunningSetup:
+    peer = PEERS[setup.peer]
+    try:
+        ensure_installed(peer)
+    except PeerInstallError as exc:
+        raise NotAvailable(f"cannot be installed here: {exc}") from None
+    port = free_port()
+    url = f"http://127.0.0.1:{port}{SCORE_PATH}"
+    if setup.peer == "bentoml":
+        args = [str(peer.venv / "bin" / "bentoml"), "serve", "bench.peers.bentoml_service:FraudScorer",
+                "--host", "127.0.0.1", "--port", str(port)]
+    else:
+        args = [str(peer.python), "-m", "bench.peers.ray_serve_app"]
+    proc = Process(
+        [*taskset(cpus), *args],
+        run_dir / f"{workload.name}-{setup.name}-w{workers}.log",
+        name=setup.name,
+        env={
+            **_BASE_ENV,
+            **_ONE_THREAD_ENV,
+            "PYTHONPATH": str(REPO),
+            "BENCH_MODEL_DIR": str(workload.version_dir),
+            "BENCH_WORKERS": str(workers),
+            "BENCH_CPUS": str(len(cpus) or os.cpu_count() or 1),
+            "BENCH_PORT": str(port),
+            "BENCH_SLO_MS": f"{slo_ms:g}",
+            # No usage reports (the machine reaches no one), state kept beside the venvs.
+            "BENTOML_DO_NOT_TRACK": "True",
+            "BENTOML_HOME": str(peer.venv.parent / "bentoml-home"),
+            "RAY_USAGE_STATS_ENABLED": "0",
+        },
+    )
+    try:
+        _wait_scored(proc, url, wrap_body(probe, setup.body_field), timeout_s=READY_TIMEOUT_S)
+    except BaseException:
+        proc.stop()
+        raise
+    return RunningSetup(setup, workload, url, proc)
+
+
 def start(
     setup: Setup,
     workload: Workload,
@@ -433,13 +536,16 @@ def start(
     run_dir: Path,
     probe: bytes,
     workers: int | None = None,
+    slo_ms: float = 25.0,
 ) -> RunningSetup:
     """Start `setup` serving `workload` pinned to `cpus`; return when it is ready.
 
     Ready means: every worker has finished its lifespan startup (run-server.sh: the API
     answers /readyz) and a real transaction (`probe`) is scored 2xx. `workers` sets the
     in-process worker count (default `setup.workers_for(len(cpus))`), or for a split the
-    API's `WEB_CONCURRENCY` (default: unset, run-server.sh sizes it).
+    API's `WEB_CONCURRENCY` (default: unset, run-server.sh sizes it), or a peer's
+    workers / replicas (default 1). `slo_ms` is the workload's SLO, which a peer's batcher
+    is given as its latency bound (a user sets theirs so).
 
     Raises:
         NotAvailable: the setup needs an API setting this checkout does not have yet.
@@ -449,6 +555,8 @@ def start(
         raise NotAvailable(setup.unavailable_reason)
     if setup.kind == "split":
         return _start_split(setup, workload, workers, cpus, run_dir, probe)
+    if setup.kind == "peer":
+        return _start_peer(setup, workload, workers or 1, cpus, run_dir, probe, slo_ms)
     count = workers if workers is not None else setup.workers_for(len(cpus) or 1)
     assert count is not None
     return _start_inprocess(setup, workload, count, cpus, run_dir, probe)

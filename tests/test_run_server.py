@@ -43,17 +43,25 @@ def children_of(pid: int) -> set[int]:
     return found
 
 
-@pytest.mark.parametrize("protocol", ["rest", "grpc"])
-def test_run_server_serves_and_stops_cleanly(tmp_path: Path, protocol: str) -> None:
+@pytest.mark.parametrize(
+    ("protocol", "sockets"), [("rest", "1"), ("grpc", "1"), ("rest", "0")],
+    ids=["rest-unix-socket", "grpc-unix-socket", "rest-tcp"],
+)
+def test_run_server_serves_and_stops_cleanly(tmp_path: Path, protocol: str, sockets: str) -> None:
     # Free (never the default) ports: the API must follow GRPC_PORT / REST_API_PORT.
-    env = one_worker_env(SERVING_PROTOCOL=protocol)
+    env = one_worker_env(SERVING_PROTOCOL=protocol, SERVING_UNIX_SOCKETS=sockets, TMPDIR=str(tmp_path))
     api_port, rest_port, grpc_port = (int(env[k]) for k in ("API_PORT", "REST_API_PORT", "GRPC_PORT"))
     proc = start_run_server(tmp_path / "run-server.log", **env)
     api = f"http://127.0.0.1:{api_port}"
     try:
         wait_run_server(proc)
         assert http_ok(api + "/readyz")
-        serving_at = f"gRPC 127.0.0.1:{grpc_port}" if protocol == "grpc" else f":{rest_port}"
+        if sockets == "1":  # one container: the tiers talk over Unix-domain sockets
+            serving_at = "(serving at gRPC unix:" if protocol == "grpc" else "(serving at unix:"
+            (socket_dir,) = tmp_path.glob("serving-sockets.*")
+            assert {p.name for p in socket_dir.iterdir()} == {"rest.sock", "grpc.sock"}
+        else:
+            serving_at = f"gRPC 127.0.0.1:{grpc_port}" if protocol == "grpc" else f":{rest_port}"
         assert serving_at in proc.log()
         body = (REPO / "examples" / "transaction.json").read_bytes()
         r = httpx.post(
@@ -69,6 +77,7 @@ def test_run_server_serves_and_stops_cleanly(tmp_path: Path, protocol: str) -> N
     alive = [p for p in descendants if Path(f"/proc/{p}").exists()]
     assert not alive, f"left running: {alive}"
     assert not http_ok(api + "/healthz")
+    assert not list(tmp_path.glob("serving-sockets.*"))  # removed with the tiers
 
 
 WATCH_S = 6.0  # how long a waiting run-server is watched

@@ -82,6 +82,11 @@ class Settings(BaseSettings):
         description="REST replicas, comma-separated base URLs (round-robin); empty means "
         "[SERVING_URL].",
     )
+    serving_socket_path: str | None = Field(
+        default=None,
+        description="Serving's REST API on a Unix-domain socket of this host (run-server.sh sets "
+        "it in the one-container mode): REST calls go there instead of to SERVING_URL(S).",
+    )
     serving_grpc_targets: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: ["127.0.0.1:8500"],
         min_length=1,
@@ -249,6 +254,7 @@ class Settings(BaseSettings):
             resolve_interval_s=self.serving_resolve_interval_s,
             probe_model_names=tuple(probe_model_names),
             coalescing=coalescing,
+            rest_socket_path=self.serving_socket_path or None,
         )
 
     model_version_ttl_s: float = Field(

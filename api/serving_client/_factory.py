@@ -74,6 +74,8 @@ class ClientConfig:
         probe_model_names: a newly resolved replica gets calls once each of these models
             has a version AVAILABLE there (none: at once).
         coalescing: merge concurrent predicts per model (`CoalescingClient`); None: off.
+        rest_socket_path: serving's REST API on a Unix-domain socket of this host (REST
+            only): calls go there, one replica, instead of to `rest_targets`.
     """
 
     protocol: Literal["rest", "grpc"] = "rest"
@@ -89,6 +91,7 @@ class ClientConfig:
     resolve_interval_s: float = 2.0
     probe_model_names: Sequence[str] = ()
     coalescing: CoalescingConfig | None = None
+    rest_socket_path: str | None = None
 
 
 @asynccontextmanager
@@ -108,7 +111,8 @@ async def open_serving_client(
         re-resolved every `config.resolve_interval_s` (`_discovery`), each call going
         through a `ReplicatedClient` over the replicas of the moment; wrapped in a
         `CoalescingClient` when `config.coalescing` is set. gRPC targets in gRPC's URI
-        forms ("unix:...", "dns:///...") get one transport each, as given.
+        forms ("unix:...", "dns:///...") get one transport each, as given, and so does
+        `config.rest_socket_path`.
     """
     http: Http1Client | None = None
     make_replica: Callable[[Address | str], ServingClient]
@@ -118,7 +122,8 @@ async def open_serving_client(
         from api.serving_client._grpc import GrpcTransport
 
         parsed = [grpc_target(target) for target in config.grpc_targets]
-        static = [target for target, hp in zip(config.grpc_targets, parsed, strict=True) if hp is None]
+        # A target in one of gRPC's URI forms: every target as given, no discovery.
+        static = list(config.grpc_targets) if any(hp is None for hp in parsed) else []
         targets = [hp for hp in parsed if hp is not None]
 
         def make_replica(address: Address | str) -> ServingClient:
@@ -131,13 +136,18 @@ async def open_serving_client(
         http = pools = Http1Client(
             max_connections=config.max_connections, keepalive_expiry_s=config.keepalive_expiry_s
         )
-        static = []
-        targets = [rest_target(url) for url in config.rest_targets]
+        if config.rest_socket_path:  # one replica on this host: nothing to resolve
+            static = [f"unix:{config.rest_socket_path}"]
+            targets = []
+        else:
+            static = []
+            targets = [rest_target(url) for url in config.rest_targets]
 
         def make_replica(address: Address | str) -> ServingClient:
+            origin = address if isinstance(address, str) else f"http://{address}"
             return RestTransport(
                 pools,
-                f"http://{address}",
+                origin,
                 call_timeout_s=config.call_timeout_s,
                 connect_timeout_s=config.connect_timeout_s,
                 metadata=metadata,
@@ -165,8 +175,8 @@ async def open_serving_client(
     client: ServingClient
     replicas: Callable[[], int]
     if static:
-        client = replicated([make_replica(target) for target in config.grpc_targets])
-        replicas = partial(len, config.grpc_targets)
+        client = replicated([make_replica(target) for target in static])
+        replicas = partial(len, static)
     else:
         replica_set = ReplicaSet(
             targets,

@@ -5,8 +5,10 @@ per request, ~70% of it in httpx/httpcore (every request scans the whole pool an
 each idle socket through anyio to see whether it expired). This client does only what
 the serving client needs, on `asyncio.Protocol` and httptools (llhttp, uvicorn's parser):
 
-- plain `http://` origins only (serving is on loopback or the cluster network): no TLS,
-  proxies, redirects, cookies, compression or HEAD (a HEAD answer would be misread);
+- plain `http://` origins only (serving is on loopback or the cluster network), or
+  `unix:/path` for serving's REST API on a Unix-domain socket of the same host (run-server.sh's
+  one-container mode: no TCP stack between the tiers, measured below); no TLS, proxies,
+  redirects, cookies, compression or HEAD (a HEAD answer would be misread);
 - one exchange per connection at a time (no pipelining); responses delimited by
   Content-Length, chunked encoding, or the server closing the connection; a server's
   `Connection: close` (or HTTP/1.0 without keep-alive) is honoured;
@@ -145,8 +147,25 @@ _NO_BODY_STATUSES = frozenset({204, 304})
 _SEPARATE_WRITE_BYTES = 64 * 1024
 
 
+#: The Host header sent over a Unix-domain socket (RFC 9112 needs one; serving ignores it).
+UNIX_HOST = "localhost"
+
+
+def unix_socket_path(origin: str) -> str | None:
+    """The socket path of a "unix:/path" origin, None for any other origin."""
+    if not origin.startswith("unix:"):
+        return None
+    path = origin.removeprefix("unix:")
+    if not path:
+        raise ValueError(f"a unix: origin needs a socket path, not {origin!r}")
+    return path
+
+
 def _origin_parts(origin: str) -> tuple[str, str, int]:
-    """(normalised origin, host, port) of "http://host[:port]"; ValueError otherwise."""
+    """(normalised origin, host, port) of "http://host[:port]" (of "unix:/path": the origin
+    as given, the Host header to send and port 0); ValueError otherwise."""
+    if unix_socket_path(origin) is not None:
+        return origin, UNIX_HOST, 0
     parts = urlsplit(origin)
     if parts.scheme != "http" or not parts.hostname:
         raise ValueError(f"only http://host[:port] origins are supported, not {origin!r}")
@@ -405,7 +424,7 @@ class ConnectionPool:
     """Kept-alive HTTP/1.1 connections to one origin (see the module doc).
 
     Args:
-        origin: "http://host[:port]".
+        origin: "http://host[:port]", or "unix:/path" (serving's REST socket on this host).
         max_connections: connections open at most, busy and idle together (>= 1).
         keepalive_expiry_s: an idle connection is closed once idle this long, seconds;
             keep it below the server's own idle timeout so the pool seldom picks a
@@ -419,7 +438,8 @@ class ConnectionPool:
         if max_connections < 1:
             raise ValueError("max_connections must be >= 1")
         self.origin, self._host, self._port = _origin_parts(origin)
-        self._host_header = self.origin.removeprefix("http://")
+        self._unix_path = unix_socket_path(self.origin)
+        self._host_header = self._host if self._unix_path else self.origin.removeprefix("http://")
         self._max = max_connections
         self._expiry_s = keepalive_expiry_s
         # Idle connections, oldest on the left: reuse pops on the right (LIFO), expiry
@@ -568,7 +588,10 @@ class ConnectionPool:
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(connect_timeout):
-                await loop.create_connection(lambda: conn, self._host, self._port)
+                if self._unix_path is not None:
+                    await loop.create_unix_connection(lambda: conn, self._unix_path)
+                else:
+                    await loop.create_connection(lambda: conn, self._host, self._port)
         except BaseException as exc:
             conn.abort()  # connected just as the timeout or a cancel struck
             self._free_slot()
@@ -657,10 +680,10 @@ class Http1Client:
         self._pools: dict[str, ConnectionPool] = {}
 
     def pool(self, origin: str) -> Pool:
-        """The pool for "http://host[:port]" (the same one for the same origin).
+        """The pool for "http://host[:port]" or "unix:/path" (the same one for the same origin).
 
         Raises:
-            ValueError: not an http:// origin.
+            ValueError: not an http:// or unix: origin.
         """
         key, _, _ = _origin_parts(origin)
         pool = self._pools.get(key)

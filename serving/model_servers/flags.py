@@ -133,6 +133,17 @@ class ServerOptions:
     rest_api_host: str = _flag(
         "0.0.0.0", "(ours) Address to bind the HTTP/REST port to; TF Serving always binds 0.0.0.0."
     )
+    session_run_inline_below_us: int = _flag(
+        0,
+        "(ours) Without --enable_batching: run a Session whose recent runs (per servable version "
+        "and batch size) took less than this many microseconds on the event loop instead of a "
+        "request thread, saving two thread wake-ups per request for small models. 0: never.",
+    )
+    rest_api_socket_path: str = _flag(
+        "",
+        "(ours) If non-empty, also serve the HTTP/REST API on a UNIX socket at this path (as "
+        "--grpc_socket_path does for gRPC); a client on the same host skips the TCP stack.",
+    )
     rest_api_num_threads: int = _flag(
         0,
         "Number of threads for HTTP/REST API processing. If not set, will be auto set based "
@@ -386,6 +397,8 @@ def parse_flags(argv: Sequence[str]) -> ServerOptions:
         raise FlagError("--rest_api_max_header_bytes must be at least 1024")
     if options.rest_api_num_threads < 0:
         raise FlagError("--rest_api_num_threads must be >= 0")
+    if options.session_run_inline_below_us < 0:
+        raise FlagError("--session_run_inline_below_us must be >= 0")
     if options.rest_api_num_json_processes < 0:
         raise FlagError("--rest_api_num_json_processes must be >= 0")
     for name in (

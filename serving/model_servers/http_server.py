@@ -19,8 +19,10 @@ import asyncio
 import contextlib
 import functools
 import logging
+import os
 import socket
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -46,7 +48,7 @@ from serving.util.errors import Code, LimitExceeded, ServingError, from_exceptio
 from serving.util.process_executor import ProcessExecutor
 from serving.util.request_limits import RequestLimits
 
-__all__ = ["JSON_QUEUE", "RestServer", "bind", "create_app", "json_processes"]
+__all__ = ["JSON_QUEUE", "RestServer", "bind", "bind_unix", "create_app", "json_processes"]
 
 _log = logging.getLogger(__name__)
 _ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"]
@@ -161,6 +163,31 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def bind_unix(path: str) -> socket.socket:
+    """The REST API's UNIX-domain listening socket at ``path`` (``--rest_api_socket_path``), bound
+    now. A socket file left by an earlier run is replaced; any other file there fails start-up.
+
+    Raises ``UNAVAILABLE`` ``Failed to start HTTP Server at unix:<path>: <reason>``.
+    """
+    target = Path(path)
+    try:
+        if target.is_socket():
+            target.unlink()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    except OSError as exc:
+        raise ServingError(
+            Code.UNAVAILABLE, f"Failed to start HTTP Server at unix:{path}: {exc.strerror or exc}"
+        ) from None
+    try:
+        sock.bind(path)
+    except OSError as exc:
+        sock.close()
+        raise ServingError(
+            Code.UNAVAILABLE, f"Failed to start HTTP Server at unix:{path}: {exc.strerror or exc}"
+        ) from None
+    return sock
+
+
 class _QuietSignalsServer(uvicorn.Server):
     """uvicorn without its own signal handling (it re-raises SIGTERM after shutdown, which
     would end the process with -15 instead of exit code 0); :mod:`serving.model_servers.server`
@@ -181,8 +208,10 @@ class RestServer:
         limits: RequestLimits | None = None,
         on_limit: LimitCallback | None = None,
         json_processes: ProcessExecutor | None = None,
+        unix_sock: socket.socket | None = None,
     ) -> None:
-        """``limits`` bound each request head (:class:`~serving.model_servers.http_limits.
+        """``unix_sock`` (:func:`bind_unix`) serves the same app beside ``sock``, its file removed on
+        stop. ``limits`` bound each request head (:class:`~serving.model_servers.http_limits.
         HeadLimitedProtocol`; the app holds the bodies); refusals are passed to ``on_limit``.
         ``json_processes``, the app's codec worker processes, are started and stopped with
         the server."""
@@ -202,6 +231,7 @@ class RestServer:
         )
         self._server = _QuietSignalsServer(config)
         self._sock = sock
+        self._unix_sock = unix_sock
         self._json_processes = json_processes
         self.task: asyncio.Task[None] | None = None
 
@@ -209,7 +239,8 @@ class RestServer:
         """Start serving; returns once the socket accepts connections."""
         if self._json_processes is not None:
             await self._json_processes.start()
-        self.task = asyncio.ensure_future(self._server.serve(sockets=[self._sock]))
+        sockets = [self._sock, *([self._unix_sock] if self._unix_sock is not None else [])]
+        self.task = asyncio.ensure_future(self._server.serve(sockets=sockets))
         # uvicorn sets a plain `started` flag, no event to wait on.
         while not self._server.started and not self.task.done():  # noqa: ASYNC110
             await asyncio.sleep(0.01)
@@ -218,6 +249,8 @@ class RestServer:
             raise ServingError(Code.UNAVAILABLE, "HTTP server exited during start-up")
         host, port = self._sock.getsockname()[:2]
         _log.info("Exporting HTTP/REST API at %s:%d ...", host, port)
+        if self._unix_sock is not None:
+            _log.info("Exporting HTTP/REST API at unix:%s ...", self._unix_sock.getsockname())
 
     async def stop(self) -> None:
         """Stop accepting, finish in-flight requests, close connections."""
@@ -227,6 +260,9 @@ class RestServer:
                 await self.task
         if self._json_processes is not None:  # after the requests that use them are answered
             await self._json_processes.close()
+        if self._unix_sock is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self._unix_sock.getsockname())  # a directory entry: no I/O to wait on
 
     def force(self) -> None:
         """Drop in-flight requests now (a second signal)."""

@@ -45,7 +45,7 @@ from serving.model_servers import flags
 from serving.model_servers.config_reloader import ModelConfigFilePoller
 from serving.model_servers.flags import ServerOptions
 from serving.model_servers.grpc_server import GrpcServer
-from serving.model_servers.http_server import RestServer, bind, create_app, json_processes
+from serving.model_servers.http_server import RestServer, bind, bind_unix, create_app, json_processes
 from serving.model_servers.model_service_impl import ModelService
 from serving.model_servers.prediction_service_impl import PredictionService
 from serving.model_servers.server_config import batching_options
@@ -172,7 +172,9 @@ def build(options: ServerOptions, config: ModelServerConfig) -> ModelServer:
     # manager's own threads.
     load_executor = BlockingExecutor(2, "servable-load")
     executors = [request_executor]
-    session: Session = DirectSession(request_executor)
+    session: Session = DirectSession(
+        request_executor, inline_below_s=options.session_run_inline_below_us / 1e6
+    )
     if batching is not None:
         session, batch_executor = _batching_session(batching, metrics)
         executors.append(batch_executor)
@@ -207,6 +209,7 @@ def build(options: ServerOptions, config: ModelServerConfig) -> ModelServer:
             codec_executor=json_pool if json_pool is not None else request_executor,
         )
         sock = bind(options.rest_api_host, options.rest_api_port)
+        unix_sock = bind_unix(options.rest_api_socket_path) if options.rest_api_socket_path else None
         front_ends.append(
             RestServer(
                 app,
@@ -214,6 +217,7 @@ def build(options: ServerOptions, config: ModelServerConfig) -> ModelServer:
                 limits,
                 functools.partial(_count_limit, metrics, "REST"),
                 json_processes=json_pool,
+                unix_sock=unix_sock,
             )
         )
     if options.port or options.grpc_socket_path:

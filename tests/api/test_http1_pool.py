@@ -472,3 +472,32 @@ def test_one_pool_per_origin() -> None:
     assert client.pool("http://serving:8501/") is client.pool("http://serving:8501")
     assert client.pool("http://serving:80") is client.pool("http://serving")
     assert client.pool("http://serving-2:8501") is not client.pool("http://serving:8501")
+
+
+async def test_a_unix_socket_origin_is_served_over_its_socket(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """run-server.sh's one-container mode: serving's REST API on a Unix-domain socket."""
+    server = Server(answer_ok)
+    path = str(tmp_path / "rest.sock")
+    listener = await asyncio.start_unix_server(server.handle, path)
+    async with listener:
+        client = Http1Client(max_connections=2, keepalive_expiry_s=5.0)
+        pool = client.pool(f"unix:{path}")
+        assert client.pool(f"unix:{path}") is pool  # one pool per origin, as for TCP
+        for i in range(3):
+            response = await pool.request("POST", f"/v1/models/m:predict{i}", body=b"{}",
+                                          content_type="application/json", **TIMEOUTS)
+            assert (response.status, response.body) == (200, f"/v1/models/m:predict{i}".encode())
+        assert server.connections == 1  # kept alive like a TCP connection
+        assert server.requests[0].header("host") == "localhost"
+        await client.aclose()
+
+
+async def test_a_missing_unix_socket_is_a_connect_error(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    pool = ConnectionPool(f"unix:{tmp_path / 'none.sock'}", max_connections=1, keepalive_expiry_s=1.0)
+    with pytest.raises(ConnectError):
+        await pool.request("GET", "/", **TIMEOUTS)
+
+
+def test_a_unix_origin_needs_a_path() -> None:
+    with pytest.raises(ValueError):
+        ConnectionPool("unix:", max_connections=1, keepalive_expiry_s=1.0)

@@ -134,11 +134,21 @@ def test_answers_later_than_the_timeout_are_errors(pool: Path) -> None:
 
 def test_a_run_that_cannot_meet_the_slo_stops_early(pool: Path) -> None:
     with tiny_server(delay_s=0.05) as slow:
-        run = run_open_loop(slow.load(pool), rate_rps=100, duration_s=5.0, seed=1, slo_ms=25.0)
-    assert run.stopped_early == "p99 above the SLO"
+        run = run_open_loop(slow.load(pool), rate_rps=100, duration_s=5.0, seed=1, slo_ms=25.0,
+                            stop_early=True)
+    assert run.stopped_early == "more than 1 % of the planned arrivals late"
     assert run.sent < run.planned or run.unanswered > 0
     assert run.sent < 400  # well before the 5 s timetable's ~500 arrivals
+    assert run.planned > 400  # the whole timetable, not what was due at the stop
+    assert run.late > 0.01 * run.planned  # the evidence it stopped on
     assert run.latency is not None and run.latency.p99_ms > 25.0
+
+
+def test_late_answers_are_counted_without_stopping(pool: Path) -> None:
+    with tiny_server(delay_s=0.05) as slow:
+        run = run_open_loop(slow.load(pool), rate_rps=40, duration_s=0.5, seed=1, slo_ms=25.0)
+    assert run.stopped_early == ""
+    assert run.late == run.ok == run.planned > 0
 
 
 def test_closed_loop_keeps_its_connections_busy(server: TinyServer, pool: Path) -> None:

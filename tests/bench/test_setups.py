@@ -73,9 +73,10 @@ def test_a_protocol_field_without_grpc_is_not_available() -> None:
 
 def test_the_api_in_this_checkout() -> None:
     names = [s.name for s in all_setups()]
-    assert names[:3] == ["ceiling", "naive", "tuned"]  # tuned before the splits: its SLO-RPS
+    assert names[:3] == ["tuned", "ceiling", "naive"]  # tuned first: the SLO and its SLO-RPS
     assert names[3] == "split"
     assert {"split-no-coalescing", "split-grpc"} <= set(names)  # coalescing is the default
+    assert names[-2:] == ["bentoml", "ray-serve"]  # the peers
 
 
 def test_the_split_is_started_by_run_server_with_only_ports_and_files_set(tmp_path: Path) -> None:
@@ -151,12 +152,14 @@ def test_jobs_of_the_quick_plan_and_a_custom_variant() -> None:
                     also=["split+SERVING_ARGS=--enable_batching"])
     names = [(j.workload.name, j.setup.name) for j in jobs]
     assert names == [
-        ("fraud", "ceiling"), ("fraud", "naive"), ("fraud", "tuned"), ("fraud", "split"),
-        ("fraud", "split-no-coalescing"), ("fraud", "split+SERVING_ARGS=--enable_batching"),
+        ("fraud", "tuned"), ("fraud", "ceiling"), ("fraud", "naive"), ("fraud", "split"),
+        ("fraud", "bentoml"), ("fraud", "ray-serve"), ("fraud", "split+SERVING_ARGS=--enable_batching"),
         ("fraud-transformer", "tuned"), ("fraud-transformer", "split"),
+        ("fraud-transformer", "bentoml"), ("fraud-transformer", "ray-serve"),
         ("fraud-transformer", "split+SERVING_ARGS=--enable_batching"),
     ]
-    assert [j.setup.name for j in jobs if j.memory] == ["ceiling", "naive", "tuned", "split"]
+    assert [j.setup.name for j in jobs if j.memory] == ["tuned", "ceiling", "naive", "split", "bentoml",
+                                                          "ray-serve"]
     assert setups[-1].env == {"SERVING_ARGS": "--enable_batching"} and not setups[-1].headline
 
 

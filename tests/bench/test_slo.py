@@ -8,7 +8,16 @@ from collections.abc import Callable
 import pytest
 
 from bench.plan import FULL, QUICK
-from bench.slo import SloSearch, judge, schedule_kept
+from bench.slo import (
+    MIN_EVIDENCE_ANSWERS,
+    SloSearch,
+    derived_slo_ms,
+    judge,
+    late_budget,
+    repeat_ladder,
+    schedule_kept,
+    spread,
+)
 
 SLO_MS = 25.0
 
@@ -151,12 +160,136 @@ def test_bad_ladders_are_refused(ladder: list[float]) -> None:
 
 @pytest.mark.parametrize("plan", [QUICK, FULL], ids=["quick", "full"])
 def test_plan_ladders_are_ascending_from_the_minimum_rate(plan) -> None:  # type: ignore[no-untyped-def]
-    ladder = plan.ladder(20.0)  # a naive setup: 10 % of its closed-loop RPS is under 5
+    ladder = plan.ladder(10.0)  # a naive setup: its lowest rung is under the minimum rate
     assert ladder == sorted(ladder) and len(set(ladder)) == len(ladder)
     assert ladder[0] == plan.min_rate_rps
     assert plan.ladder(1000.0)[-1] == pytest.approx(1000.0 * plan.ladder_fractions[-1])
 
 
-@pytest.mark.parametrize(("rate", "seconds"), [(5.0, 6.0), (60.0, 5.0), (1000.0, 2.5)])
+@pytest.mark.parametrize(("rate", "seconds"), [(5.0, 15.0), (100.0, 10.0), (1000.0, 1.0), (3000.0, 1.0)])
 def test_quick_steps_last_long_enough_for_their_requests(rate: float, seconds: float) -> None:
     assert QUICK.step_duration(rate) == pytest.approx(seconds)
+
+
+def test_quick_steps_have_the_arrivals_a_verdict_needs() -> None:
+    assert QUICK.min_requests >= MIN_EVIDENCE_ANSWERS
+    assert QUICK.step_duration(200.0) * 200.0 >= MIN_EVIDENCE_ANSWERS
+
+
+# --- the evidence rule -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("answered", "late", "planned", "p99", "passed", "reason"),
+    [
+        # The case: a refine step stopped after ~50 answers, its p99 their maximum.
+        # One late request of 1,000 planned is no evidence; the old rule failed it.
+        (50, 1, 1000, 40.0, True, "p99 40.0 ms of only 50 answers: no evidence"),
+        (1000, 10, 1000, 24.0, True, ""),  # 1 % late: the p99 is still within
+        (1000, 11, 1000, 26.0, False, "11 late of 1000 planned (> 1%)"),
+        (60, 11, 1000, 40.0, False, "11 late of 1000 planned (> 1%)"),  # stopped early, on evidence
+        (1200, 11, 1200, 30.0, False, "p99 30.0 ms > 25 ms"),  # 1,000+ answers: the p99 decides
+        (300, 4, 300, 30.0, False, "4 late of 300 planned (> 1%)"),  # a short step: 1 % is 3
+    ],
+)
+def test_a_step_fails_only_on_evidence(answered: int, late: int, planned: int, p99: float,
+                                       passed: bool, reason: str) -> None:
+    verdict = judge(p99_ms=p99, errors=0, schedule_kept=True, slo_ms=SLO_MS, answered=answered,
+                    late=late, planned=planned)
+    assert (verdict.passed, verdict.reason) == (passed, reason)
+
+
+def test_errors_fail_a_step_whatever_the_counts() -> None:
+    verdict = judge(p99_ms=5.0, errors=1, schedule_kept=True, slo_ms=SLO_MS, answered=2000, late=0,
+                    planned=2000)
+    assert not verdict.passed
+
+
+def test_the_late_budget_is_one_percent_of_the_planned_arrivals() -> None:
+    assert late_budget(1000) == 10.0 and late_budget(0) == 0.0
+
+
+# --- repeats: median and spread ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("values", "median", "low", "high", "wide"),
+    [
+        ([1000.0, 1100.0, 1050.0], 1050.0, 1000.0, 1100.0, False),  # 9.5 %
+        ([800.0, 1000.0, 1000.0], 1000.0, 800.0, 1000.0, True),  # 20 %
+        ([None, 300.0, 310.0], 300.0, 0.0, 310.0, True),  # never met counts as 0
+        ([None, None, None], 0.0, 0.0, 0.0, False),
+        ([500.0, 600.0], 550.0, 500.0, 600.0, True),
+        ([700.0], 700.0, 700.0, 700.0, False),
+    ],
+)
+def test_median_and_spread_of_the_searches(values: list[float | None], median: float, low: float,
+                                           high: float, wide: bool) -> None:
+    sp = spread(values)
+    assert (sp.median, sp.low, sp.high, sp.wide) == (pytest.approx(median), low, high, wide)
+
+
+def test_a_spread_of_fifteen_percent_is_not_flagged() -> None:
+    assert not spread([850.0, 1000.0, 1000.0]).wide and spread([849.0, 1000.0, 1000.0]).wide
+
+
+def test_spread_needs_a_search() -> None:
+    with pytest.raises(ValueError):
+        spread([])
+
+
+def test_repeats_start_near_the_first_answer() -> None:
+    assert repeat_ladder(1000.0, (0.8, 1.0, 1.25), [100.0, 500.0]) == [800.0, 1000.0, 1250.0]
+    assert repeat_ladder(None, (0.8, 1.0), [500.0, 100.0]) == [100.0, 500.0]  # never met: as the first
+
+
+# --- the SLO per workload --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("p50", "slo"),
+    [
+        (0.56, 25.0),  # fraud with AVX-512: the floor
+        (2.6, 30.0),  # 26 rounded up to 5 ms
+        (3.82, 40.0),  # fraud's tuned p50 without AVX-512 (the run)
+        (16.0, 160.0),  # the transformer without AVX-512: measurable, where 25 ms was not
+        (2.5, 25.0),
+        (2.5000001, 30.0),
+    ],
+)
+def test_the_slo_is_derived_from_the_tuned_setups_unloaded_p50(p50: float, slo: float) -> None:
+    assert derived_slo_ms(p50) == slo
+
+
+@pytest.mark.parametrize("p50", [0.0, -1.0, math.inf, math.nan])
+def test_a_derived_slo_needs_a_measured_p50(p50: float) -> None:
+    with pytest.raises(ValueError):
+        derived_slo_ms(p50)
+
+
+def test_a_repeat_whose_first_rate_fails_descends_to_an_answer() -> None:
+    search = SloSearch([800.0, 900.0], tolerance=0.1, max_steps=8, descend=0.6, min_rate=5.0)
+    while (step := search.next_step()) is not None:
+        rate, _ = step
+        search.record(rate, rate <= 500.0)  # slower now than when the first search ran
+    phases = [rate for rate, _ in search.steps]
+    assert phases[:3] == [800.0, 800.0, 480.0]  # measured, confirmed, then 0.6x
+    assert search.slo_rps is not None and 450.0 <= search.slo_rps <= 500.0
+
+
+def test_without_descent_a_failed_lowest_rate_is_never_met() -> None:
+    search = SloSearch([800.0], tolerance=0.1, max_steps=8)
+    while (step := search.next_step()) is not None:
+        search.record(step[0], False)
+    assert search.slo_rps is None and len(search.steps) == 2
+
+
+def test_the_time_budget_is_shared_among_the_jobs_left() -> None:
+    from bench.runner import Budget
+
+    budget = Budget(total_s=720.0, started=0.0)
+    assert budget.left(120.0) == 600.0
+    # 600 s left, 100 s set aside for memory runs, 5 jobs to go: 100 s for this one.
+    assert budget.job_deadline(120.0, 5, reserve_s=100.0) == pytest.approx(220.0)
+    assert budget.job_deadline(800.0, 2, reserve_s=0.0) == 800.0  # spent: no time at all
+    assert Budget(None, 0.0).job_deadline(5.0, 3, 10.0) == float("inf")

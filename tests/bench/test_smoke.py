@@ -27,6 +27,8 @@ pytestmark = pytest.mark.skipif(shutil.which("taskset") is None, reason="taskset
 
 TINY = Plan(
     mode="test",
+    slo_ms=25.0,  # a fixed SLO: no tuned setup started to derive one
+    searches=1,
     warmup_s=0.5,
     warmup_max_s=1.5,
     step_s=0.5,
@@ -64,7 +66,7 @@ def test_ceiling_run_produces_a_curve_an_slo_rps_and_memory(tmp_path: Path) -> N
     assert [m.workers for m in ceiling.memory] == [1, 2]
     one, two = ceiling.memory
     assert len(one.processes) == 2 and len(two.processes) == 3  # master + workers
-    assert any("(sweep" in line for line in lines)
+    assert any("(search 1, sweep" in line for line in lines)
     assert any("SLO-RPS (p99 <= 25 ms)" in line for line in lines)
 
     results.meta = {"mode": "test", "slo_ms": 25.0}

@@ -25,6 +25,7 @@ READY_DEADLINE_S = 90.0
 class Server:
     serving: Serving
     client: httpx.Client
+    socket_path: Path | None = None  # --rest_api_socket_path
 
     @property
     def process(self) -> Process:
@@ -39,9 +40,11 @@ def server(serving_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
     workdir = tmp_path_factory.mktemp("server")
     config = workdir / "models.config"
     config.write_text(models_config_text(serving_model_dir))
+    socket_path = workdir / "rest.sock"
     serving = start_serving(
         workdir / "server.log",
         model_config_file=config,
+        rest_api_socket_path=socket_path,
         rest_api_num_threads=4,
         tensorflow_intra_op_parallelism=1,
         tensorflow_inter_op_parallelism=1,
@@ -56,9 +59,20 @@ def server(serving_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
             models = ("half_plus_two", "keras_half_plus_two", "multi", "strings")
             serving.wait_available(*models, timeout_s=READY_DEADLINE_S)
             serving.wait_for("broken", "END", READY_DEADLINE_S)
-            yield Server(serving, client)
+            yield Server(serving, client, socket_path)
         finally:
             serving.stop(timeout_s=30)
+
+
+def test_the_rest_api_is_also_on_its_unix_socket(server: Server) -> None:
+    assert server.socket_path is not None and server.socket_path.is_socket()
+    transport = httpx.HTTPTransport(uds=str(server.socket_path))
+    with httpx.Client(transport=transport, base_url="http://localhost", timeout=10.0) as client:
+        answer = client.post("/v1/models/half_plus_two:predict", json={"instances": [1.0, 2.0]})
+        assert answer.status_code == 200, answer.text
+        assert answer.json() == {"predictions": [2.5, 3.0]}
+        assert client.post("/v1/models/nope:predict", json={"instances": [1.0]}).status_code == 404
+    assert "Exporting HTTP/REST API at unix:" in server.output()
 
 
 def test_status_is_tf_serving_json(server: Server) -> None:

@@ -7,7 +7,8 @@ This module is that seam, asynchronous:
 
 * :class:`Session` -- the interface: ``await session.run_tensors(handle, feeds, fetches,
   timeout_ms)`` for the servable version a :class:`~serving.core.manager.ServableHandle` pins;
-* :class:`DirectSession` -- one ``Session.run`` per call on the request thread pool (no batching);
+* :class:`DirectSession` -- one ``Session.run`` per call on the request thread pool (no batching),
+  or on the event loop itself for runs measured shorter than ``--session_run_inline_below_us``;
 * :class:`serving.batching.batching_session.BatchingSession` -- the batching wrapper, same interface.
 
 The servable (:class:`serving.servables.tensorflow.servable.Servable`, or anything with a blocking ``run_tensors``:
@@ -18,6 +19,7 @@ Wrappers with the same interface add behaviour around any Session (batching; the
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
@@ -64,10 +66,28 @@ class Session(Protocol):
 
 
 class DirectSession:
-    """One ``Session.run`` per request, on the request :class:`BlockingExecutor`."""
+    """One ``Session.run`` per request, on the request :class:`BlockingExecutor`.
 
-    def __init__(self, executor: BlockingExecutor) -> None:
+    With ``inline_below_s`` > 0, a run whose recent duration (an exponentially weighted mean of
+    the runs of that servable version and batch size, measured on the thread that ran them) is
+    below it runs on the event loop instead: handing a run of a tenth of a millisecond to a
+    thread and its answer back to the loop costs two thread wake-ups and two hand-overs of the
+    GIL, more than the run itself for a small model (`python -m bench --hop` counts them). A
+    run that turns out longer raises the mean and goes back to the threads; the loop is held at
+    most about ``inline_below_s`` per inline run. Every 64th run of an inlined key goes to the
+    threads anyway, so a servable that became slower is noticed.
+    """
+
+    #: Weight of the newest run in the mean.
+    ALPHA = 0.2
+    #: Of the runs of an inlined key, one in this many is measured on the threads.
+    RECHECK_EVERY = 64
+
+    def __init__(self, executor: BlockingExecutor, *, inline_below_s: float = 0.0) -> None:
         self._executor = executor
+        self._inline_below_s = inline_below_s
+        self._mean_s: dict[tuple[str, int, int], float] = {}
+        self._inlined: dict[tuple[str, int, int], int] = {}
 
     async def run_tensors(
         self,
@@ -78,4 +98,34 @@ class DirectSession:
     ) -> list[np.ndarray]:
         """See :meth:`Session.run_tensors`."""
         servable: TensorRunner = handle.servable
-        return await self._executor.run(servable.run_tensors, feeds, fetches, timeout_ms)
+        if self._inline_below_s <= 0:
+            return await self._executor.run(servable.run_tensors, feeds, fetches, timeout_ms)
+        first = next(iter(feeds.values()), None)
+        rows = int(first.shape[0]) if first is not None and first.ndim else 0
+        key = (handle.name, handle.version, rows)
+        mean = self._mean_s.get(key)
+        if mean is not None and mean < self._inline_below_s:
+            count = self._inlined.get(key, 0) + 1
+            self._inlined[key] = count
+            if count % self.RECHECK_EVERY:
+                started = time.perf_counter()
+                try:
+                    return servable.run_tensors(feeds, fetches, timeout_ms)
+                finally:
+                    self._record(key, time.perf_counter() - started)
+        values, took = await self._executor.run(_timed, servable, feeds, fetches, timeout_ms)
+        self._record(key, took)
+        return values
+
+    def _record(self, key: tuple[str, int, int], seconds: float) -> None:
+        mean = self._mean_s.get(key)
+        self._mean_s[key] = seconds if mean is None else mean + self.ALPHA * (seconds - mean)
+
+
+def _timed(
+    servable: TensorRunner, feeds: Mapping[str, np.ndarray], fetches: Sequence[str], timeout_ms: int | None
+) -> tuple[list[np.ndarray], float]:
+    """``servable.run_tensors(...)`` and how long it took on this thread, seconds."""
+    started = time.perf_counter()
+    values = servable.run_tensors(feeds, fetches, timeout_ms)
+    return values, time.perf_counter() - started
