@@ -7,8 +7,13 @@
 
 After `running` has entered, `app.state.metrics` is the `ApiMetrics` and
 `app.state.events` the `api.observability.events.EventPublisher` routes publish score events to.
-Nothing here does I/O at build time: the event sink's file or HTTP client and the loop
-monitor's thread are made in the lifespan, inside each worker after gunicorn's fork.
+Nothing here does I/O at build time: the event sink's file or HTTP client, the loop
+monitor's thread and the tracer provider's export thread are made in the lifespan, inside
+each worker after gunicorn's fork.
+
+Tracing (`api.observability.tracing`) is built only when the `OTEL_*` variables turn it on
+(`otel_tracing.tracing_enabled`); otherwise `Observability.tracing` is None and OpenTelemetry
+is never imported.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import httpx
 from fastapi import FastAPI
@@ -25,6 +31,10 @@ from api.observability.events import EventPublisher, EventSink, HttpSink, JsonlF
 from api.observability.logging_config import AccessLog, configure_logging
 from api.observability.loop_monitor import LoopMonitor
 from api.observability.metrics import ApiMetrics
+from otel_tracing import check_config, tracing_enabled
+
+if TYPE_CHECKING:
+    from api.observability.tracing import Tracing
 
 
 @dataclass(frozen=True)
@@ -35,6 +45,7 @@ class Observability:
     metrics: ApiMetrics
     loop_monitor: LoopMonitor
     access_log: AccessLog
+    tracing: Tracing | None = None
 
     def _event_sink(self) -> EventSink:
         s = self.settings
@@ -66,11 +77,15 @@ class Observability:
         app.state.events = events
         events.start()
         await self.loop_monitor.start()
+        if self.tracing is not None:
+            self.tracing.start()
         try:
             yield
         finally:
             await self.loop_monitor.stop()
             await events.aclose()
+            if self.tracing is not None:
+                self.tracing.shutdown()  # exports the spans still queued
 
 
 def install_observability(app: FastAPI, settings: Settings) -> Observability:
@@ -88,5 +103,29 @@ def install_observability(app: FastAPI, settings: Settings) -> Observability:
     )
     app.state.metrics = metrics
     return Observability(
-        settings=settings, metrics=metrics, loop_monitor=monitor, access_log=AccessLog(enabled=settings.access_log)
+        settings=settings,
+        metrics=metrics,
+        loop_monitor=monitor,
+        access_log=AccessLog(enabled=settings.access_log),
+        tracing=load_tracing(),
     )
+
+
+def load_tracing() -> Tracing | None:
+    """The API's `Tracing` when the `OTEL_*` variables turn it on, else None (nothing imported).
+
+    Raises:
+        otel_tracing.TracingConfigError: an exporter or OTLP protocol that cannot be served.
+        ImportError: tracing is on but the `api-tracing` extra is not installed (the message says so).
+    """
+    if not tracing_enabled():
+        return None
+    check_config()
+    try:
+        from api.observability.tracing import Tracing
+    except ImportError as exc:
+        raise ImportError(
+            f"OTEL_* variables turn tracing on, but OpenTelemetry is not installed ({exc}): "
+            "pip install 'tfserve-split[api-tracing]', or unset OTEL_EXPORTER_OTLP_ENDPOINT"
+        ) from exc
+    return Tracing()

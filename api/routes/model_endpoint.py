@@ -11,7 +11,9 @@ against the declared tensors; stage `features`. The served model
 (`api.inference.served_model.ServedModel`: latest AVAILABLE version, the request's deadline)
 answers; stage `serving`. Its outputs are checked against the declared ones (502
 `serving_bad_response` otherwise), postprocess makes the response, and one `ScoreEvent` is
-published.
+published. With tracing on, preprocess and postprocess are spans of their own (the request's
+span and the serving call's are the middleware's and the serving client's,
+`api.observability.tracing`).
 
 Errors, all in the API's error shape (`api.request.errors`): 413 for a body or file over the
 route's limit, 422 for a request the schema refuses or preprocess calls `InvalidInput`
@@ -21,10 +23,12 @@ route's limit, 422 for a request the schema refuses or preprocess calls `Invalid
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import time
+from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.to_thread
@@ -39,6 +43,16 @@ from api.model_routes import FileUpload, InvalidInput, ModelInfo, Prediction, Up
 from api.observability.events import EventPublisher, ScoreEvent
 from api.request.context import current_context
 from api.request.errors import PayloadTooLarge
+
+if TYPE_CHECKING:
+    from api.observability.tracing import Tracing
+
+#: The span of a step when tracing is off: one shared no-op context manager.
+_NO_SPAN = contextlib.nullcontext()
+
+
+def _no_span(name: str) -> contextlib.AbstractContextManager[object]:
+    return _NO_SPAN
 
 # Error answers of every model route, in the shape documented in `api.request.errors`.
 RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -68,12 +82,21 @@ class ModelEndpoint:
         self._served: ServedModel | None = None
         self._events: EventPublisher | None = None
         self._cpu: anyio.CapacityLimiter | None = None
+        self._span: Callable[[str], contextlib.AbstractContextManager[object]] = _no_span
 
-    def bind(self, served: ServedModel, events: EventPublisher, cpu_limiter: anyio.CapacityLimiter) -> None:
-        """Give the endpoint this worker's served model, event publisher and CPU limiter."""
+    def bind(
+        self,
+        served: ServedModel,
+        events: EventPublisher,
+        cpu_limiter: anyio.CapacityLimiter,
+        *,
+        tracing: Tracing | None = None,
+    ) -> None:
+        """Give the endpoint this worker's served model, event publisher, CPU limiter and tracing."""
         self._served = served
         self._events = events
         self._cpu = cpu_limiter
+        self._span = tracing.span if tracing is not None else _no_span
 
     @property
     def served(self) -> ServedModel:
@@ -154,7 +177,7 @@ class ModelEndpoint:
         ctx.stage_since_start("validate")
         route = self._route
         served = self.served
-        with ctx.stage("features"):
+        with ctx.stage("features"), self._span("preprocess"):
             if isinstance(request, FormFile):  # what FastAPI's UploadFile parameter holds
                 request = await self._read(request)
             try:
@@ -175,9 +198,10 @@ class ModelEndpoint:
         version = predicted.model_version
         assert version is not None, "ServedModel.predict names the version that ran"
         ctx.set_model(served.model_name, version)
-        outputs = example_outputs(self._outputs, predicted.outputs, served.model_name)
-        model = ModelInfo(name=served.model_name, version=version)
-        response = route.postprocess(request, Prediction(outputs, model), self._options)
+        with self._span("postprocess"):
+            outputs = example_outputs(self._outputs, predicted.outputs, served.model_name)
+            model = ModelInfo(name=served.model_name, version=version)
+            response = route.postprocess(request, Prediction(outputs, model), self._options)
         if self._events is not None:
             self._events.publish(
                 ScoreEvent(
