@@ -104,7 +104,13 @@ def create_app(
                             status_timeout_s=settings.serving_timeout_s,
                             shedding=settings.deadline_shedding,
                         )
-                        endpoint.bind(served, app.state.events, cpu_limiter, tracing=observability.tracing)
+                        endpoint.bind(
+                            served,
+                            app.state.events,
+                            cpu_limiter,
+                            tracing=observability.tracing,
+                            capture=app.state.payload_capture,
+                        )
                     yield
             finally:
                 in_flight.release()

@@ -183,6 +183,13 @@ class Tracing:
         """An INTERNAL child of the current span for the `with` block (e.g. "preprocess")."""
         return _Attach(self._tracer.start_span(name))
 
+    @staticmethod
+    def traceparent() -> str | None:
+        """The current span's W3C `traceparent` ("00-<trace id>-<span id>-<flags>"), if any."""
+        carrier: dict[str, str] = {}
+        propagate.inject(carrier)
+        return carrier.get("traceparent")
+
     def with_trace_context(self, provider: MetadataProvider) -> MetadataProvider:
         """`provider`'s headers plus the current trace context (`traceparent`, `tracestate`, ...).
 

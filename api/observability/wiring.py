@@ -5,8 +5,10 @@
     async with obs.running(app):                    # in the lifespan: loop monitor and
         yield                                       # score-event writer run; drained at exit
 
-After `running` has entered, `app.state.metrics` is the `ApiMetrics` and
-`app.state.events` the `api.observability.events.EventPublisher` routes publish score events to.
+After `running` has entered, `app.state.metrics` is the `ApiMetrics`,
+`app.state.events` the `api.observability.events.EventPublisher` routes publish score events to,
+and `app.state.payload_capture` the `api.observability.payload_capture.PayloadCapturer` (None
+without `PAYLOAD_CAPTURE__URL`).
 Nothing here does I/O at build time: the event sink's file or HTTP client, the loop
 monitor's thread and the tracer provider's export thread are made in the lifespan, inside
 each worker after gunicorn's fork.
@@ -27,10 +29,11 @@ import httpx
 from fastapi import FastAPI
 
 from api.config.settings import Settings
-from api.observability.events import EventPublisher, EventSink, HttpSink, JsonlFileSink
+from api.observability.events import EventPublisher, EventSink, HttpSink, JsonlFileSink, ScoreEvent
 from api.observability.logging_config import AccessLog, configure_logging
 from api.observability.loop_monitor import LoopMonitor
 from api.observability.metrics import ApiMetrics
+from api.observability.payload_capture import PayloadCapturer
 from otel_tracing import check_config, tracing_enabled
 
 if TYPE_CHECKING:
@@ -47,7 +50,7 @@ class Observability:
     access_log: AccessLog
     tracing: Tracing | None = None
 
-    def _event_sink(self) -> EventSink:
+    def _event_sink(self) -> EventSink[ScoreEvent]:
         s = self.settings
         if s.events_http_url is not None:
             client = httpx.AsyncClient(
@@ -58,6 +61,11 @@ class Observability:
                 client, str(s.events_http_url), retry_budget_s=3 * s.events_http_timeout_s
             )
         return JsonlFileSink(s.events_jsonl_path)
+
+    def payload_capturer(self) -> PayloadCapturer | None:
+        """The payload capture's queue and sink when `PAYLOAD_CAPTURE__URL` is set (made in the lifespan)."""
+        settings = self.settings.payload_capture
+        return PayloadCapturer(settings, self.metrics) if settings.url is not None else None
 
     @asynccontextmanager
     async def running(self, app: FastAPI) -> AsyncIterator[None]:
@@ -76,6 +84,10 @@ class Observability:
         )
         app.state.events = events
         events.start()
+        capture = self.payload_capturer()
+        app.state.payload_capture = capture
+        if capture is not None:
+            capture.start()
         await self.loop_monitor.start()
         if self.tracing is not None:
             self.tracing.start()
@@ -84,6 +96,8 @@ class Observability:
         finally:
             await self.loop_monitor.stop()
             await events.aclose()
+            if capture is not None:
+                await capture.aclose()
             if self.tracing is not None:
                 self.tracing.shutdown()  # exports the spans still queued
 

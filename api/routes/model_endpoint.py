@@ -10,8 +10,9 @@ loop, or in a worker thread when the route says so) gives one example's inputs, 
 against the declared tensors; stage `features`. The served model
 (`api.inference.served_model.ServedModel`: latest AVAILABLE version, the request's deadline)
 answers; stage `serving`. Its outputs are checked against the declared ones (502
-`serving_bad_response` otherwise), postprocess makes the response, and one `ScoreEvent` is
-published. With tracing on, preprocess and postprocess are spans of their own (the request's
+`serving_bad_response` otherwise), postprocess makes the response, the request and response are
+captured when the route samples this one (`api.observability.payload_capture`), and one
+`ScoreEvent` is published. With tracing on, preprocess and postprocess are spans of their own (the request's
 span and the serving call's are the middleware's and the serving client's,
 `api.observability.tracing`).
 
@@ -41,6 +42,7 @@ from api.inference.served_model import ServedModel
 from api.inference.tensors import example_inputs, example_outputs
 from api.model_routes import FileUpload, InvalidInput, ModelInfo, Prediction, Upload
 from api.observability.events import EventPublisher, ScoreEvent
+from api.observability.payload_capture import PayloadCapturer
 from api.request.context import current_context
 from api.request.errors import PayloadTooLarge
 
@@ -80,23 +82,29 @@ class ModelEndpoint:
         self._outputs = configured.signature.outputs
         self._output_names = tuple(configured.signature.outputs)
         self._served: ServedModel | None = None
-        self._events: EventPublisher | None = None
+        self._events: EventPublisher[ScoreEvent] | None = None
         self._cpu: anyio.CapacityLimiter | None = None
         self._span: Callable[[str], contextlib.AbstractContextManager[object]] = _no_span
+        self._tracing: Tracing | None = None
+        self._capture: PayloadCapturer | None = None
 
     def bind(
         self,
         served: ServedModel,
-        events: EventPublisher,
+        events: EventPublisher[ScoreEvent],
         cpu_limiter: anyio.CapacityLimiter,
         *,
         tracing: Tracing | None = None,
+        capture: PayloadCapturer | None = None,
     ) -> None:
-        """Give the endpoint this worker's served model, event publisher, CPU limiter and tracing."""
+        """Give the endpoint this worker's served model, event publisher, CPU limiter, tracing and
+        payload capture."""
         self._served = served
         self._events = events
         self._cpu = cpu_limiter
         self._span = tracing.span if tracing is not None else _no_span
+        self._tracing = tracing
+        self._capture = capture
 
     @property
     def served(self) -> ServedModel:
@@ -202,6 +210,18 @@ class ModelEndpoint:
             outputs = example_outputs(self._outputs, predicted.outputs, served.model_name)
             model = ModelInfo(name=served.model_name, version=version)
             response = route.postprocess(request, Prediction(outputs, model), self._options)
+        capture = self._capture
+        if capture is not None and capture.sampled(self.configured.capture_sample_rate):
+            capture.capture(
+                request_id=ctx.request_id,
+                route=route.name,
+                path=route.path,
+                request=request,
+                response=response,
+                redact_paths=route.capture.redact,
+                traceparent=self._tracing.traceparent() if self._tracing is not None else None,
+                ts=time.time(),
+            )
         if self._events is not None:
             self._events.publish(
                 ScoreEvent(
