@@ -23,7 +23,18 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support import REPO, Process, Serving, free_port, http_ok, start_api, start_example_serving, wait_until
+from tests.support import (
+    REPO,
+    Process,
+    Serving,
+    children_running,
+    free_port,
+    http_ok,
+    start_api,
+    start_example_serving,
+    start_gunicorn,
+    wait_until,
+)
 from tools.otlp_receiver import OtlpReceiver, ReceivedSpan
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -232,3 +243,41 @@ def test_a_coalesced_call_links_every_request_it_served(receiver: OtlpReceiver, 
     finally:
         t.api.stop()
         t.serving.stop()
+
+
+def test_under_gunicorn_each_worker_exports_its_own_spans(
+    receiver: OtlpReceiver, example_serving: Serving, tmp_path: Path
+) -> None:
+    # The tracer provider and its export thread are made in each worker's lifespan, after the
+    # fork: spans carry the pid of the worker that made them (the process resource detector),
+    # never the master's, which has made no provider (a master's export thread would not
+    # survive into its workers).
+    port = free_port()
+    api = start_gunicorn(
+        tmp_path / "gunicorn.log",
+        API_BIND=f"127.0.0.1:{port}",
+        WEB_CONCURRENCY="2",
+        SERVING_URL=example_serving.rest_url,
+        OTEL_EXPORTER_OTLP_ENDPOINT=receiver.http_url,
+        OTEL_EXPERIMENTAL_RESOURCE_DETECTORS="process",
+        OTEL_SERVICE_NAME="gunicorn-api",
+        **FAST_EXPORT,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        api.wait_ready(
+            lambda: http_ok(url + "/readyz") and len(children_running(api.pid, "gunicorn")) == 2, 60, "2 workers"
+        )
+        workers = children_running(api.pid, "gunicorn")
+        for _ in range(10):
+            with httpx.Client() as client:  # a new connection each time: either worker may take it
+                assert client.post(url + "/v1/fraud/score", json=EXAMPLE, timeout=10).status_code == 200
+
+        def ours() -> list[ReceivedSpan]:
+            return [s for s in receiver.spans() if s.service == "gunicorn-api" and s.name == "POST /v1/fraud/score"]
+
+        wait_until(lambda: len(ours()) == 10, 30, "10 request spans from the workers", watch=[api])
+        pids = {span.resource["process.pid"] for span in ours()}
+        assert pids <= workers and api.pid not in pids, (pids, workers, api.pid)
+    finally:
+        api.stop()

@@ -40,6 +40,8 @@ def _value(value: AnyValue) -> object:
 class ReceivedSpan:
     """One span as received: ids in W3C hex ("" for no parent), attributes decoded.
 
+    `service` is the resource's `service.name`; `resource` all its attributes.
+
     Attributes:
         links: (trace id, span id) of each link.
         status: "UNSET", "OK" or "ERROR".
@@ -56,6 +58,7 @@ class ReceivedSpan:
     status: str = "UNSET"
     start_ns: int = 0
     end_ns: int = 0
+    resource: dict[str, object] = field(default_factory=dict)
 
 
 def decode(message: trace_service_pb2.ExportTraceServiceRequest) -> list[ReceivedSpan]:
@@ -79,6 +82,7 @@ def decode(message: trace_service_pb2.ExportTraceServiceRequest) -> list[Receive
                         status={0: "UNSET", 1: "OK", 2: "ERROR"}.get(span.status.code, "UNSET"),
                         start_ns=span.start_time_unix_nano,
                         end_ns=span.end_time_unix_nano,
+                        resource=resource,
                     )
                 )
     return out
