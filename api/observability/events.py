@@ -20,7 +20,8 @@ and stopped by the app's lifespan, takes events off the queue in batches (up to
   an `httpx.AsyncClient` made like the one to serving; transport errors, 429 and 5xx
   are retried (tenacity, bounded in attempts and time).
 
-A batch the sink fails to take is logged and counted as `dropped_sink_error`. At
+A batch the sink fails to take is logged and counted as `dropped_sink_error` (a sink that
+sends each event on its own raises `PartialWrite`, so only the events it lost are). At
 shutdown (`aclose`) every event queued so far is written before the sink is closed:
 uvicorn has finished the in-flight requests by the time the lifespan ends, so an API
 that answered N scores and got SIGTERM has written N events.
@@ -189,6 +190,15 @@ class JsonlFileSink:
             self._fd = None
 
 
+class PartialWrite(Exception):
+    """A sink delivered `written` events of a batch and lost the others (`__cause__`: the first failure)."""
+
+    def __init__(self, written: int, lost: int) -> None:
+        super().__init__(f"{lost} of {written + lost} events not delivered")
+        self.written = written
+        self.lost = lost
+
+
 def retryable(exc: BaseException) -> bool:
     """Transport failures, 429 and 5xx answers are worth another try; other 4xx are not."""
     if isinstance(exc, httpx.HTTPStatusError):
@@ -339,6 +349,10 @@ class EventPublisher(Generic[_E]):
     async def _write(self, batch: list[_E]) -> None:
         try:
             await self.sink.write(batch)
+        except PartialWrite as exc:
+            self._written.inc(exc.written)
+            self._dropped_sink.inc(exc.lost)
+            logger.warning("%s sink failed, %d events dropped: %r", self._what, exc.lost, exc.__cause__)
         except Exception as exc:  # a failing sink must not stop the writer
             self._dropped_sink.inc(len(batch))
             logger.warning("%s sink failed, %d events dropped: %r", self._what, len(batch), exc)

@@ -6,8 +6,9 @@ That only queues two `CapturedPayload`s on the bounded queue of an
 `api.observability.events.EventPublisher` (never awaits; a full queue drops them, counted in
 `api_payload_capture_events_total{outcome="dropped_queue_full"}`); its writer task encodes them
 (JSON, the route's redacted fields replaced) and `CloudEventSink` POSTs each one, off the request
-path, with at most `PAYLOAD_CAPTURE__CONCURRENCY` POSTs in flight; a batch the sink fails to take
-is `dropped_sink_error`. Nothing is captured while `PAYLOAD_CAPTURE__URL` is unset.
+path, with at most `PAYLOAD_CAPTURE__CONCURRENCY` POSTs in flight; an event the sink still refuses
+after its retries is `dropped_sink_error`, each event counted on its own. Nothing is captured
+while `PAYLOAD_CAPTURE__URL` is unset.
 
 The format is KServe's inference logger's (its `pkg/logger`: one CloudEvent per POST, binary
 content mode, https://github.com/cloudevents/spec http-protocol-binding), so the consumers
@@ -57,7 +58,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, stop
 
 from api.config.payload_capture_settings import PayloadCaptureSettings
 from api.model_routes import Upload
-from api.observability.events import EventPublisher, retryable
+from api.observability.events import EventPublisher, PartialWrite, retryable
 from api.observability.metrics import ApiMetrics
 
 REQUEST_TYPE: Final = "org.kubeflow.serving.inference.request"
@@ -162,12 +163,14 @@ class CloudEventSink:
         """POST every event of the batch.
 
         Raises:
-            httpx.HTTPError: an event could not be delivered within its attempts (the others were tried).
+            PartialWrite: some events could not be delivered within their attempts (the others
+                were), so the publisher counts each event's own outcome; its cause is the first
+                failure (an `httpx.HTTPError`).
         """
         results = await asyncio.gather(*(self._post(event) for event in events), return_exceptions=True)
-        for result in results:
-            if isinstance(result, BaseException):
-                raise result
+        failures = [result for result in results if isinstance(result, BaseException)]
+        if failures:
+            raise PartialWrite(len(results) - len(failures), len(failures)) from failures[0]
 
     async def _post(self, event: CapturedPayload) -> None:
         headers, data = encode(event, self._settings)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -39,17 +39,18 @@ EXAMPLE = json.loads((REPO / "examples" / "transaction.json").read_text())
 
 
 class Sink:
-    """An HTTP server on loopback keeping every request it gets: (headers, body)."""
+    """An HTTP server on loopback keeping every request it gets: (headers, body); answers `status(headers)`."""
 
-    def __init__(self) -> None:
+    def __init__(self, status: Callable[[dict[str, str]], int] = lambda headers: 202) -> None:
         self.received: list[tuple[dict[str, str], bytes]] = []
         sink = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                sink.received.append(({k.lower(): v for k, v in self.headers.items()}, body))
-                self.send_response(202)
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                sink.received.append((headers, body))
+                self.send_response(status(headers))
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
@@ -163,3 +164,29 @@ def test_a_full_queue_drops_and_counts_never_blocking() -> None:
 
     asyncio.run(fill())
     assert registry.get_sample_value("api_payload_capture_events_total", {"outcome": "dropped_queue_full"}) == 5
+
+
+def test_a_refused_event_is_dropped_and_counted_alone_after_its_retries() -> None:
+    # A real sink that refuses every request event (500, retried) and takes every response event.
+    sink = Sink(lambda headers: 500 if headers["ce-type"] == REQUEST_TYPE else 202)
+    metrics = ApiMetrics()
+    capturer = PayloadCapturer(PayloadCaptureSettings(url=sink.url), metrics)  # type: ignore[arg-type]
+
+    async def one_pair() -> None:
+        capturer.start()
+        capturer.capture(
+            request_id="r-1", route="fraud", path="/v1/fraud/score", request={"a": 1}, response={"b": 2},
+            redact_paths=(), ts=0.0,
+        )  # fmt: skip
+        await capturer.aclose()  # sends what is queued: both events, in one batch
+
+    try:
+        asyncio.run(one_pair())
+    finally:
+        sink.server.shutdown()
+        sink.server.server_close()
+    count = metrics.registry.get_sample_value
+    assert count("api_payload_capture_events_total", {"outcome": "written"}) == 1
+    assert count("api_payload_capture_events_total", {"outcome": "dropped_sink_error"}) == 1
+    types = [headers["ce-type"] for headers, _ in sink.received]
+    assert types.count(REQUEST_TYPE) == 3 and types.count(RESPONSE_TYPE) == 1  # three tries, then dropped

@@ -81,7 +81,7 @@ class DirectSession:
     threads anyway, so a servable that became slower is noticed.
 
     With ``tracing``, each run is a ``Session run`` span (:mod:`serving.util.tracing`), the
-    request's child: model, version, rows, and whether it ran inline.
+    request's child: model, version and rows.
     """
 
     #: Weight of the newest run in the mean.
