@@ -186,7 +186,9 @@ def test_a_request_without_traceparent_starts_a_trace(traced: Traced) -> None:
 
     wait_until(logged, 10, "the access log line")
     trace_id = str(line["trace_id"])
-    spans = _trace(traced.receiver, trace_id, lambda s: any(x.name == "Session run" for x in s))
+    # Each tier exports on its own schedule: wait for the spans of both.
+    names = {("tfserve-serving", "Session run"), ("tfserve-api", "POST /v1/fraud/score")}
+    spans = _trace(traced.receiver, trace_id, lambda s: names <= {(x.service, x.name) for x in s})
     request = _one(spans, "tfserve-api", "POST /v1/fraud/score")
     assert request.parent_span_id == ""  # the root: the API started this trace
     assert request.span_id == line["span_id"]
