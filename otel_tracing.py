@@ -90,6 +90,9 @@ def tracer_provider(default_service_name: str, environ: Mapping[str, str] | None
     Args:
         default_service_name: `service.name` unless `OTEL_SERVICE_NAME` or
             `OTEL_RESOURCE_ATTRIBUTES` names the service.
+        environ: where the exporter, protocol and service name are read (`os.environ` by
+            default); the SDK itself reads the sampler, the endpoint, headers and `OTEL_BSP_*`
+            from `os.environ` whatever is passed.
 
     Raises:
         TracingConfigError: as `check_config`.

@@ -103,3 +103,39 @@ def test_rest_routes_name_spans_without_model_names() -> None:
     assert rest_route("/v1/models/fraud") == "/v1/models/{model_name}"
     assert rest_route("/v1/models/fraud/versions/1/metadata") == "/v1/models/{model_name}/versions/{version}/metadata"
     assert rest_route("/monitoring/prometheus/metrics") == "other"
+
+
+@pytest.mark.parametrize("sampled", [False, True])
+def test_serving_gets_the_attempts_context_or_an_unsampled_requests_own(
+    sampled: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Below an unsampled request (parentbased sampler) no child span is made: what goes to
+    # serving is the request's own context, not sampled, so serving does not sample it either.
+    from api.observability.tracing import Tracing, trace_ids
+
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "console")
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "parentbased_always_on" if sampled else "parentbased_always_off")
+    tracing = Tracing()
+    tracing.start()
+    try:
+        request = tracing.start_server_span("POST", {}, {"url.path": "/v1/fraud/score"})
+        ids = trace_ids(request)
+        assert ids is not None  # an unsampled request has ids too (the access log names them)
+        token = tracing.activate(request)
+        try:
+            with tracing.span("preprocess") as annotate:
+                annotate("tfserving.batch_size", 1)
+            with tracing.client.coalesced_call([tracing.client.caller()], {}), tracing.client.attempt("Predict", {}):
+                sent = tracing.with_trace_context(lambda: {"x-request-id": "r-1"})()
+        finally:
+            tracing.deactivate(token)
+        tracing.end_server_span(request, 200, "/v1/fraud/score", {})
+    finally:
+        tracing.shutdown()
+    version, trace_id, span_id, flags = sent["traceparent"].split("-")
+    assert (version, trace_id, sent["x-request-id"]) == ("00", ids[0], "r-1")
+    assert int(flags, 16) & 1 == sampled  # W3C's sampled bit (the SDK also sets level 2's random bit)
+    if sampled:
+        assert span_id != ids[1]  # the attempt's own span
+    else:
+        assert span_id == ids[1]

@@ -68,7 +68,8 @@ class ServingTracing:
     """The server's tracer provider and the hooks the front ends and Sessions call.
 
     Args:
-        environ: the ``OTEL_*`` variables (the process environment by default).
+        environ: the ``OTEL_*`` variables (the process environment by default), as
+            ``otel_tracing.tracer_provider`` reads them (the SDK reads some from the process environment).
     """
 
     def __init__(self, environ: Mapping[str, str] | None = None) -> None:
