@@ -139,3 +139,36 @@ def test_serving_gets_the_attempts_context_or_an_unsampled_requests_own(
         assert span_id != ids[1]  # the attempt's own span
     else:
         assert span_id == ids[1]
+
+
+@pytest.mark.parametrize("sampled", [False, True])
+def test_serving_makes_no_span_under_an_unsampled_caller(sampled: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The default sampler follows the caller: under its unsampled traceparent serving keeps the
+    # caller's context current and makes neither the request's span nor the Session run's.
+    import asyncio
+
+    from opentelemetry import trace
+
+    from serving.util.tracing import ServingTracing
+
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "console")
+    monkeypatch.delenv("OTEL_TRACES_SAMPLER", raising=False)
+    tracing = ServingTracing()
+    caller_trace, caller_span = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    seen: list[tuple[str, bool]] = []
+
+    async def app(scope: object, receive: object, send: object) -> None:
+        current = trace.get_current_span().get_span_context()
+        with tracing.session_run({"tfserving.batch_size": 1}) as run:
+            seen.append((format(current.span_id, "016x"), run.is_recording()))
+
+    scope = {
+        "type": "http", "method": "POST", "path": "/v1/models/fraud:predict",
+        "headers": [(b"traceparent", f"00-{caller_trace}-{caller_span}-{'01' if sampled else '00'}".encode())],
+    }  # fmt: skip
+    try:
+        asyncio.run(tracing.asgi(app)(scope, None, None))
+    finally:
+        tracing.shutdown()
+    [(current_span, run_recorded)] = seen
+    assert (current_span != caller_span, run_recorded) == (sampled, sampled)
