@@ -17,8 +17,10 @@ COPY pyproject.toml README.md ./
 COPY api ./api
 # Shared with the serving image (neither tier imports the other).
 COPY http_hardening ./http_hardening
-COPY canonical_codes.py cpu_quota.py ./
-RUN pip install '.[api]'
+COPY canonical_codes.py cpu_quota.py otel_tracing.py ./
+# api-tracing: OpenTelemetry, imported only when an OTEL_* variable turns tracing on, so that the
+# deployment's one setting (OTEL_EXPORTER_OTLP_ENDPOINT) needs no other image.
+RUN pip install '.[api,api-tracing]'
 COPY gunicorn.conf.py ./
 
 RUN useradd --create-home --uid 10001 --shell /usr/sbin/nologin app

@@ -12,6 +12,7 @@
 #              the peers' venvs)
 # make bench-peers - install the peers' venvs (.venv-peers/, pinned; make bench does it when missing)
 # make bench-hop - the split's hop at low load: transports, CPU and wake-ups per request, py-spy (~2 min)
+# make bench-tracing - CPU per request of each tier with tracing off, on at 1 % and at 100 % sampling (~2 min)
 # make bench-full - the same benchmark, full plan (every split variant, longer steps, finer search)
 # make compose-test - docker-compose.yml for real: build, up, score, scale serving to 3 under load, stop one,
 #                     down (Docker, else podman from Debian's packages; ~8 min on a fresh machine)
@@ -27,14 +28,14 @@ GRPC_PORT ?= 8500
 # The example routes (examples/), which run-server.sh (make run) serves by default too.
 EXAMPLE_ROUTES := examples.fraud.route:route,examples.digits.route:route
 
-.PHONY: install run test chaos compose-test model protos doctor import-graph bench bench-full bench-peers bench-hop bench-serving clean
+.PHONY: install run test chaos compose-test model protos doctor import-graph bench bench-full bench-peers bench-hop bench-tracing bench-serving clean
 
 install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[api,serving,examples,dev,bench]'
+	$(PY) -m pip install --quiet -e '.[api,serving,examples,dev,bench,api-tracing,serving-tracing]'
 	@touch $(STAMP)
 
 run: $(STAMP)
@@ -78,6 +79,9 @@ bench-peers: $(STAMP)
 
 bench-hop: $(STAMP)
 	$(PY) -m bench --hop --workload fraud
+
+bench-tracing: $(STAMP)
+	$(PY) -m bench.tracing_cost
 
 bench-serving: $(STAMP)
 	$(PY) -m bench.serving_tier

@@ -17,8 +17,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from fastapi import FastAPI
@@ -39,13 +38,22 @@ from api.routes import health, metrics
 from api.routes.model_endpoint import ModelEndpoint
 from api.serving_client import Deadline, ServingClient, open_serving_client
 
+if TYPE_CHECKING:
+    from api.observability.tracing import Tracing
+
 ClientOpener = Callable[[], AbstractAsyncContextManager[ServingClient]]
 
 
-def _open_from_settings(settings: Settings, models: Sequence[str]) -> AbstractAsyncContextManager[ServingClient]:
-    """The serving client `SERVING_*` describe, sending each request's id (`X-Request-ID`);
-    a newly discovered replica gets calls once it has `models` AVAILABLE."""
-    return open_serving_client(settings.serving_client_config(models), metadata=outgoing_headers)
+def _open_from_settings(
+    settings: Settings, models: Sequence[str], tracing: Tracing | None = None
+) -> AbstractAsyncContextManager[ServingClient]:
+    """The serving client `SERVING_*` describe, sending each request's id (`X-Request-ID`) and,
+    when tracing, its trace context and spans; a newly discovered replica gets calls once it has
+    `models` AVAILABLE."""
+    if tracing is None:
+        return open_serving_client(settings.serving_client_config(models), metadata=outgoing_headers)
+    metadata = tracing.with_trace_context(outgoing_headers)
+    return open_serving_client(settings.serving_client_config(models), metadata=metadata, tracer=tracing.client)
 
 
 def create_app(
@@ -69,7 +77,7 @@ def create_app(
     declared = routes if routes is not None else load_routes(settings.model_routes)
     endpoints = [ModelEndpoint(configured) for configured in configure_routes(declared, settings)]
     models = [e.configured.signature.model_name for e in endpoints]
-    opener: ClientOpener = open_client or partial(_open_from_settings, settings, models)
+    opener: ClientOpener = open_client or (lambda: _open_from_settings(settings, models, observability.tracing))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -96,7 +104,13 @@ def create_app(
                             status_timeout_s=settings.serving_timeout_s,
                             shedding=settings.deadline_shedding,
                         )
-                        endpoint.bind(served, app.state.events, cpu_limiter)
+                        endpoint.bind(
+                            served,
+                            app.state.events,
+                            cpu_limiter,
+                            tracing=observability.tracing,
+                            capture=app.state.payload_capture,
+                        )
                     yield
             finally:
                 in_flight.release()
@@ -126,6 +140,7 @@ def create_app(
         metrics=observability.metrics,
         loop_monitor=observability.loop_monitor,
         access_log=observability.access_log,
+        tracing=observability.tracing,
     )
     app.include_router(health.router)
     app.include_router(metrics.router)

@@ -108,12 +108,13 @@ def dockerfile_stages() -> dict[str, list[str]]:
     return stages
 
 
-def test_api_image_installs_only_the_api_extra_has_no_example_code_and_runs_as_non_root() -> None:
+def test_api_image_installs_only_the_api_extras_has_no_example_code_and_runs_as_non_root() -> None:
     stages = dockerfile_stages()
     assert list(stages) == ["api", "examples"]
     lines = stages["api"]
     installs = [line for line in lines if line.startswith("RUN pip install")]
-    assert installs == ["RUN pip install '.[api]'"]
+    # The api extra, and tracing's (loaded only when an OTEL_* variable turns it on).
+    assert installs == ["RUN pip install '.[api,api-tracing]'"]
     copied = [line.split()[1] for line in lines if line.startswith("COPY ")]
     assert not any(path.startswith("examples") for path in copied), copied
     users = [line for line in lines if line.startswith("USER ")]
@@ -121,7 +122,7 @@ def test_api_image_installs_only_the_api_extra_has_no_example_code_and_runs_as_n
     assert not any("tensorflow" in line for line in lines)
     # The api extra carries no dependency of an example's own.
     extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    assert not any(dep.startswith(("pillow", "python-multipart")) for dep in extras["api"])
+    assert not any(dep.startswith(("pillow", "python-multipart")) for dep in extras["api"] + extras["api-tracing"])
     assert {dep.split(">")[0] for dep in extras["examples"]} == {"pillow", "python-multipart"}
 
 
@@ -140,7 +141,7 @@ def test_examples_image_adds_the_examples_to_the_api_image_as_a_users_route() ->
 def test_serving_image_installs_only_the_serving_extra_with_tf_servings_entrypoint() -> None:
     text = (REPO / "Dockerfile.serving").read_text()
     lines = [line.strip() for line in text.splitlines()]
-    assert "pip install '.[serving]'" in text and "[api]" not in text
+    assert "pip install '.[serving,serving-tracing]'" in text and "[api" not in text
     users = [line for line in lines if line.startswith("USER ")]
     assert users and users[-1] not in ("USER root", "USER 0")
     assert 'ENTRYPOINT ["/usr/bin/tf_serving_entrypoint.sh"]' in lines
@@ -158,5 +159,5 @@ def test_both_images_copy_the_code_the_tiers_share() -> None:
             for line in (REPO / dockerfile).read_text().splitlines()
             if line.startswith("COPY ")
         )
-        for shared in (f"{tier} ./{tier}", "http_hardening ./http_hardening", "cpu_quota.py"):
+        for shared in (f"{tier} ./{tier}", "http_hardening ./http_hardening", "cpu_quota.py", "otel_tracing.py"):
             assert shared in copied, f"{dockerfile} does not copy {shared.split()[0]}"

@@ -48,6 +48,8 @@ class ConfiguredRoute:
         max_body_bytes: the route's body limit, bytes (for an upload, the file's limit
             plus `MULTIPART_ALLOWANCE_BYTES`).
         max_upload_bytes: the file's limit of an upload route, bytes; None for JSON.
+        capture_sample_rate: the fraction of answered requests captured (the route's
+            `PayloadCapture.sample_rate` unless `MODELS__<ROUTE>__CAPTURE_SAMPLE_RATE` is set).
     """
 
     route: ModelRoute[Any, Any, Any]
@@ -55,6 +57,7 @@ class ConfiguredRoute:
     options: BaseModel
     max_body_bytes: int
     max_upload_bytes: int | None
+    capture_sample_rate: float = 0.0
 
 
 def load_routes(entries: Sequence[str]) -> list[ModelRoute[Any, Any, Any]]:
@@ -162,9 +165,10 @@ def _configure(route: ModelRoute[Any, Any, Any], own: ModelSettings, settings: S
         model_name=own.model_name or route.signature.model_name,
         signature_name=own.signature_name or route.signature.signature_name,
     )
+    rate = own.capture_sample_rate if own.capture_sample_rate is not None else route.capture.sample_rate
     if isinstance(route.request, FileUpload):
         upload = own.max_body_bytes or route.request.max_bytes
-        return ConfiguredRoute(route, signature, options, upload + MULTIPART_ALLOWANCE_BYTES, upload)
+        return ConfiguredRoute(route, signature, options, upload + MULTIPART_ALLOWANCE_BYTES, upload, rate)
     assert isinstance(route.request, JsonBody)
     body = own.max_body_bytes or route.request.max_bytes or settings.max_body_bytes
-    return ConfiguredRoute(route, signature, options, body, None)
+    return ConfiguredRoute(route, signature, options, body, None, rate)

@@ -22,6 +22,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from api.config.payload_capture_settings import PayloadCaptureSettings
 from api.serving_client import ClientConfig, CoalescingConfig
 
 
@@ -46,6 +47,12 @@ class ModelSettings(BaseModel):
         ge=1,
         description="Largest request body of the route (of the file, for an upload route), bytes; "
         "default: the route's, else MAX_BODY_BYTES.",
+    )
+    capture_sample_rate: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="Fraction of the route's answered requests captured (PAYLOAD_CAPTURE__URL); default: the route's.",
     )
 
 
@@ -300,4 +307,9 @@ class Settings(BaseSettings):
     )
     events_linger_s: float = Field(
         default=0.05, ge=0.0, description="How long a batch waits for more events, seconds."
+    )
+    # Payload capture (api.observability.payload_capture): PAYLOAD_CAPTURE__URL, ...
+    payload_capture: PayloadCaptureSettings = Field(
+        default_factory=PayloadCaptureSettings,
+        description="Where sampled requests and responses go (PAYLOAD_CAPTURE__<SETTING>).",
     )

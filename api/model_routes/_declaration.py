@@ -133,6 +133,32 @@ class InvalidInput(ValueError):
     """
 
 
+@dataclass(frozen=True, slots=True)
+class PayloadCapture:
+    """Which of a route's requests and responses are copied for monitoring, and what is left out.
+
+    A captured pair goes to the deployment's capture sink (`PAYLOAD_CAPTURE__URL`) as two
+    CloudEvents in the format of KServe's inference logger, off the request path
+    (`api.observability.payload_capture`); nothing is captured while no sink is set.
+
+    Attributes:
+        sample_rate: the fraction of answered requests captured, 0 to 1 (a deployment may set
+            its own, `MODELS__<ROUTE>__CAPTURE_SAMPLE_RATE`); 0: none.
+        redact: fields whose values are replaced by "[REDACTED]" in the captured request and
+            response, each a dotted path from the body's top (`"user_id"`, `"device.id"`; through
+            a list, every element). A JSON route's only: an upload is captured as its bytes.
+    """
+
+    sample_rate: float = 0.0
+    redact: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.sample_rate <= 1.0:
+            raise ValueError(f"a capture sample_rate is between 0 and 1, got {self.sample_rate}")
+        if any(not path or "" in path.split(".") for path in self.redact):
+            raise ValueError(f"a redacted field is a dotted path of field names: {self.redact!r}")
+
+
 def _no_input_id(request: Any) -> str | None:
     return None
 
@@ -171,6 +197,8 @@ class ModelRoute(Generic[RequestT, ResponseT, OptionsT]):
             decoding an image; a thread hop costs about 0.15 ms.
         input_id: the request's own id for score events (e.g. a transaction id).
         event_fields: extra fields of the score event (request, response) -> fields.
+        capture: the sampled copy of requests and responses for monitoring, and the fields
+            redacted from it (`PayloadCapture`); by default none is captured.
         summary: one line for OpenAPI.
     """
 
@@ -187,6 +215,7 @@ class ModelRoute(Generic[RequestT, ResponseT, OptionsT]):
     preprocess_in_thread: bool = False
     input_id: Callable[[RequestT], str | None] = _no_input_id
     event_fields: Callable[[RequestT, ResponseT], Mapping[str, object]] = _no_event_fields
+    capture: PayloadCapture = PayloadCapture()
     summary: str = ""
 
     def __post_init__(self) -> None:

@@ -22,7 +22,9 @@ memory stream per request), installed once, outermost among the app's own middle
    `X-Model-Version` when a model answered the request;
 5. afterwards records `api_request_duration_seconds`, the stage histograms (with
    `total`), `api_requests_in_flight` and `api_serving_errors_total`, and writes one
-   `api.access` log line.
+   `api.access` log line;
+6. when tracing is on (`api.observability.tracing`), holds the request's SERVER span, current
+   while the app runs, and writes its `trace_id` and `span_id` in the access log line.
 
 One `send` wrapper and one `receive` wrapper per request, whatever the answer. An
 exception raised after the response has started cannot be answered any more: it is
@@ -35,7 +37,7 @@ import asyncio
 import re
 import time
 from collections.abc import Iterable
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from starlette.responses import Response
 from starlette.routing import Match
@@ -49,6 +51,11 @@ from api.request.admission.rules import BadTimeoutHeader, Limits, MultipartClose
 from api.request.context import REQUEST_ID_HEADER, RequestContext, bind, new_request_id, unbind
 from api.request.errors import RETRY_AFTER_S, error_response, response_for
 from api.serving_client import Deadline, ServingError
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
+
+    from api.observability.tracing import Tracing
 
 _REQUEST_ID_HEADER: Final = REQUEST_ID_HEADER.encode("ascii")
 # Methods used as a metric label as they are; any other token a client sends is "OTHER",
@@ -120,6 +127,7 @@ class RequestMiddleware:
         metrics: the app's `ApiMetrics`.
         loop_monitor: told which route each request task serves; None to skip.
         access_log: where the per-request JSON line goes.
+        tracing: the request spans' maker; None: tracing is off.
     """
 
     def __init__(
@@ -131,6 +139,7 @@ class RequestMiddleware:
         metrics: ApiMetrics,
         loop_monitor: LoopMonitor | None,
         access_log: AccessLog,
+        tracing: Tracing | None = None,
     ) -> None:
         self.app = app
         self.limits = limits
@@ -139,6 +148,7 @@ class RequestMiddleware:
         self._monitor = loop_monitor
         self._access_log = access_log
         self._in_flight_gauge = metrics.in_flight
+        self._tracing = tracing
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -157,6 +167,10 @@ class RequestMiddleware:
         cut: tuple[int, str, str] | None = None  # (status, code, detail) replacing the app's answer
         ours = False  # the middleware is answering a cut-off body: its messages go out
         serving_error: str | None = None
+        span: Span | None = None
+        if self._tracing is not None:
+            span = self._tracing.start_asgi_span(scope)
+            span_token = self._tracing.activate(span)
 
         async def send_out(message: Message) -> None:
             nonlocal status, response_started
@@ -247,7 +261,10 @@ class RequestMiddleware:
             if self._monitor is not None:
                 self._monitor.untrack(task)
             unbind(token)
-            self._record(scope, ctx, status, total, serving_error)
+            if span is not None:
+                assert self._tracing is not None
+                self._tracing.deactivate(span_token)
+            self._record(scope, ctx, status, total, serving_error, span)
 
     def _refusal(
         self, scope: Scope, ctx: RequestContext, counted: bool, declared: int | None, limit: int
@@ -269,7 +286,15 @@ class RequestMiddleware:
             return error_response(413, "payload_too_large", f"request body is larger than {limit} bytes")
         return None
 
-    def _record(self, scope: Scope, ctx: RequestContext, status: int, total: float, serving_error: str | None) -> None:
+    def _record(
+        self,
+        scope: Scope,
+        ctx: RequestContext,
+        status: int,
+        total: float,
+        serving_error: str | None,
+        span: Span | None = None,
+    ) -> None:
         metrics = self._metrics
         route = route_of(scope) or route_template(scope)
         method = scope["method"]
@@ -280,6 +305,9 @@ class RequestMiddleware:
         metrics.child(metrics.stage_duration, route, "total").observe(total)
         if serving_error is not None:
             metrics.child(metrics.serving_errors, serving_error).inc()
+        trace_fields: dict[str, object] = {}
+        if span is not None:
+            trace_fields = self._end_span(span, ctx, status, route)
         if self._access_log.enabled:
             client = scope.get("client")
             path = scope["path"]
@@ -295,5 +323,16 @@ class RequestMiddleware:
                     "model_name": ctx.model_name,
                     "model_version": ctx.model_version,
                     "client": f"{client[0]}:{client[1]}" if client else None,
+                    **trace_fields,
                 },
             )
+
+    def _end_span(self, span: Span, ctx: RequestContext, status: int, route: str) -> dict[str, object]:
+        """End the request's SERVER span; its ids for the access log ({} when not recorded)."""
+        assert self._tracing is not None
+        extra: dict[str, str | int] = {"tfserving.request_id": ctx.request_id}
+        if ctx.model_name is not None and ctx.model_version is not None:
+            extra["tfserving.model_spec.name"] = ctx.model_name
+            extra["tfserving.model_spec.version"] = ctx.model_version
+        ids = self._tracing.end_server_span(span, status, route, extra)
+        return {"trace_id": ids[0], "span_id": ids[1]} if ids is not None else {}

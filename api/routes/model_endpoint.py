@@ -10,8 +10,11 @@ loop, or in a worker thread when the route says so) gives one example's inputs, 
 against the declared tensors; stage `features`. The served model
 (`api.inference.served_model.ServedModel`: latest AVAILABLE version, the request's deadline)
 answers; stage `serving`. Its outputs are checked against the declared ones (502
-`serving_bad_response` otherwise), postprocess makes the response, and one `ScoreEvent` is
-published.
+`serving_bad_response` otherwise), postprocess makes the response, the request and response are
+captured when the route samples this one (`api.observability.payload_capture`), and one
+`ScoreEvent` is published. With tracing on, preprocess and postprocess are spans of their own (the request's
+span and the serving call's are the middleware's and the serving client's,
+`api.observability.tracing`).
 
 Errors, all in the API's error shape (`api.request.errors`): 413 for a body or file over the
 route's limit, 422 for a request the schema refuses or preprocess calls `InvalidInput`
@@ -21,10 +24,12 @@ route's limit, 422 for a request the schema refuses or preprocess calls `Invalid
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import time
+from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.to_thread
@@ -37,8 +42,19 @@ from api.inference.served_model import ServedModel
 from api.inference.tensors import example_inputs, example_outputs
 from api.model_routes import FileUpload, InvalidInput, ModelInfo, Prediction, Upload
 from api.observability.events import EventPublisher, ScoreEvent
+from api.observability.payload_capture import PayloadCapturer
 from api.request.context import current_context
 from api.request.errors import PayloadTooLarge
+
+if TYPE_CHECKING:
+    from api.observability.tracing import Tracing
+
+#: The span of a step when tracing is off: one shared no-op context manager.
+_NO_SPAN = contextlib.nullcontext()
+
+
+def _no_span(name: str) -> contextlib.AbstractContextManager[object]:
+    return _NO_SPAN
 
 # Error answers of every model route, in the shape documented in `api.request.errors`.
 RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -66,14 +82,29 @@ class ModelEndpoint:
         self._outputs = configured.signature.outputs
         self._output_names = tuple(configured.signature.outputs)
         self._served: ServedModel | None = None
-        self._events: EventPublisher | None = None
+        self._events: EventPublisher[ScoreEvent] | None = None
         self._cpu: anyio.CapacityLimiter | None = None
+        self._span: Callable[[str], contextlib.AbstractContextManager[object]] = _no_span
+        self._tracing: Tracing | None = None
+        self._capture: PayloadCapturer | None = None
 
-    def bind(self, served: ServedModel, events: EventPublisher, cpu_limiter: anyio.CapacityLimiter) -> None:
-        """Give the endpoint this worker's served model, event publisher and CPU limiter."""
+    def bind(
+        self,
+        served: ServedModel,
+        events: EventPublisher[ScoreEvent],
+        cpu_limiter: anyio.CapacityLimiter,
+        *,
+        tracing: Tracing | None = None,
+        capture: PayloadCapturer | None = None,
+    ) -> None:
+        """Give the endpoint this worker's served model, event publisher, CPU limiter, tracing and
+        payload capture."""
         self._served = served
         self._events = events
         self._cpu = cpu_limiter
+        self._span = tracing.span if tracing is not None else _no_span
+        self._tracing = tracing
+        self._capture = capture
 
     @property
     def served(self) -> ServedModel:
@@ -154,7 +185,7 @@ class ModelEndpoint:
         ctx.stage_since_start("validate")
         route = self._route
         served = self.served
-        with ctx.stage("features"):
+        with ctx.stage("features"), self._span("preprocess"):
             if isinstance(request, FormFile):  # what FastAPI's UploadFile parameter holds
                 request = await self._read(request)
             try:
@@ -175,9 +206,22 @@ class ModelEndpoint:
         version = predicted.model_version
         assert version is not None, "ServedModel.predict names the version that ran"
         ctx.set_model(served.model_name, version)
-        outputs = example_outputs(self._outputs, predicted.outputs, served.model_name)
-        model = ModelInfo(name=served.model_name, version=version)
-        response = route.postprocess(request, Prediction(outputs, model), self._options)
+        with self._span("postprocess"):
+            outputs = example_outputs(self._outputs, predicted.outputs, served.model_name)
+            model = ModelInfo(name=served.model_name, version=version)
+            response = route.postprocess(request, Prediction(outputs, model), self._options)
+        capture = self._capture
+        if capture is not None and capture.sampled(self.configured.capture_sample_rate):
+            capture.capture(
+                request_id=ctx.request_id,
+                route=route.name,
+                path=route.path,
+                request=request,
+                response=response,
+                redact_paths=route.capture.redact,
+                traceparent=self._tracing.traceparent() if self._tracing is not None else None,
+                ts=time.time(),
+            )
         if self._events is not None:
             self._events.publish(
                 ScoreEvent(
