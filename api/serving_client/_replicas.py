@@ -149,7 +149,7 @@ class ReplicatedClient:
         """Model status from the next replica; UNAVAILABLE and attempt timeouts retried on another."""
         return await self._call(lambda replica, within: replica.model_status(model_name, within), deadline)
 
-    async def model_metadata(self, model_name: str, version: int, deadline: Deadline) -> ModelMetadata:
+    async def model_metadata(self, model_name: str, version: int | str, deadline: Deadline) -> ModelMetadata:
         """Model metadata from the next replica; UNAVAILABLE and attempt timeouts retried on another."""
         return await self._call(lambda replica, within: replica.model_metadata(model_name, version, within), deadline)
 
