@@ -120,6 +120,8 @@ class RequestMiddleware:
         metrics: the app's `ApiMetrics`.
         loop_monitor: told which route each request task serves; None to skip.
         access_log: where the per-request JSON line goes.
+        error_field_prefixes: paths under these answer errors with the Open Inference
+            Protocol's `error` field too (`RequestContext.error_field`).
     """
 
     def __init__(
@@ -131,8 +133,10 @@ class RequestMiddleware:
         metrics: ApiMetrics,
         loop_monitor: LoopMonitor | None,
         access_log: AccessLog,
+        error_field_prefixes: tuple[str, ...] = (),
     ) -> None:
         self.app = app
+        self._error_field_prefixes = error_field_prefixes
         self.limits = limits
         self.in_flight = in_flight
         self._metrics = metrics
@@ -177,6 +181,8 @@ class RequestMiddleware:
 
         try:
             path = scope["path"]
+            if self._error_field_prefixes and path.startswith(self._error_field_prefixes):
+                ctx.error_field = True
             counted = path not in limits.exempt_paths
             limit = limits.body_limit(path)
             declared = declared_length(scope["headers"])
