@@ -175,7 +175,7 @@ class Catalog:
                     raise not_found(f"model '{model_name}' has no version {version} AVAILABLE")
                 metadata = await self._model_metadata(model_name, number, deadline)
             else:
-                metadata = await self._model_metadata(model_name, version, deadline)
+                metadata = await self._label_metadata(model_name, version, deadline)
                 number, pinned = metadata.version, False
         except ServingNotFound as exc:
             what = f"version '{version}' of model '{model_name}'" if version else f"model '{model_name}'"
@@ -206,6 +206,17 @@ class Catalog:
             status = await self.client.model_status(model_name, deadline)
             self._status.put(model_name, status)
         return status
+
+    async def _label_metadata(self, model_name: str, label: str, deadline: Deadline) -> ServedMetadata:
+        """Metadata by version label. TF Serving answers a label models.config does not give
+        INVALID_ARGUMENT ("Unrecognized servable version label"); for OIP that is a version the
+        model has not: NOT_FOUND (404), as for an unknown version number."""
+        try:
+            return await self._model_metadata(model_name, label, deadline)
+        except ServingError as exc:
+            if exc.code is Code.INVALID_ARGUMENT:
+                raise not_found(f"model '{model_name}' has no version label '{label}': {exc.message}") from exc
+            raise
 
     async def _model_metadata(self, model_name: str, version: int | str, deadline: Deadline) -> ServedMetadata:
         key = (model_name, version)
