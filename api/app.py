@@ -16,7 +16,7 @@ the same shape by the handlers of `api.request.errors`.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -28,9 +28,10 @@ from api.inference.readiness import require_models
 from api.inference.served_model import ServedModel
 from api.model_routes import ModelRoute
 from api.observability.wiring import install_observability
+from api.oip.front import OipFront
 from api.ops.cpu_budget import available_cpus
 from api.request.admission.in_flight import InFlightBoard
-from api.request.admission.rules import Limits
+from api.request.admission.rules import EXEMPT_PATHS, Limits
 from api.request.context import outgoing_headers
 from api.request.errors import install_error_handlers
 from api.request.middleware import RequestMiddleware
@@ -78,6 +79,7 @@ def create_app(
     endpoints = [ModelEndpoint(configured) for configured in configure_routes(declared, settings)]
     models = [e.configured.signature.model_name for e in endpoints]
     opener: ClientOpener = open_client or (lambda: _open_from_settings(settings, models, observability.tracing))
+    oip = OipFront(settings, route_models=models)  # the Open Inference Protocol front (OIP__MODELS)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -111,7 +113,19 @@ def create_app(
                             tracing=observability.tracing,
                             capture=app.state.payload_capture,
                         )
-                    yield
+                    serving_oip = (
+                        oip.running(
+                            app,
+                            client,
+                            in_flight=in_flight,
+                            metrics=observability.metrics,
+                            access_log=observability.access_log,
+                        )
+                        if oip.enabled
+                        else nullcontext()
+                    )
+                    async with serving_oip:
+                        yield
             finally:
                 in_flight.release()
 
@@ -136,14 +150,19 @@ def create_app(
             request_timeout_s=settings.request_timeout_s,
             max_body_bytes=settings.max_body_bytes,
             path_body_limits={e.configured.route.path: e.configured.max_body_bytes for e in endpoints},
+            prefix_body_limits=((oip.prefix + "/", oip.max_body_bytes),) if oip.enabled else (),
+            exempt_paths=EXEMPT_PATHS | oip.probe_paths if oip.enabled else EXEMPT_PATHS,
         ),
         metrics=observability.metrics,
         loop_monitor=observability.loop_monitor,
         access_log=observability.access_log,
         tracing=observability.tracing,
+        error_field_prefixes=(oip.prefix,) if oip.enabled else (),
     )
     app.include_router(health.router)
     app.include_router(metrics.router)
     for endpoint in endpoints:
         app.include_router(endpoint.router())
+    if oip.enabled:
+        app.include_router(oip.router())
     return app

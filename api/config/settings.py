@@ -22,6 +22,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from api.config.oip import OipSettings
 from api.config.payload_capture_settings import PayloadCaptureSettings
 from api.serving_client import ClientConfig, CoalescingConfig
 
@@ -79,6 +80,11 @@ class Settings(BaseSettings):
         default_factory=dict,
         description="Per-model settings by route name, from `MODELS__<ROUTE>__<SETTING>` "
         "(e.g. MODELS__FRAUD__SIGNATURE_NAME, MODELS__FRAUD__THRESHOLD).",
+    )
+    # The Open Inference Protocol front (api.oip): OIP__MODELS, OIP__GRPC_PORT, ...
+    oip: OipSettings = Field(
+        default_factory=OipSettings,
+        description="The Open Inference Protocol (KServe v2) front, `OIP__<SETTING>` (api.config.oip).",
     )
     # The serving path (api.serving_client, api.request.admission.rules).
     serving_protocol: Literal["rest", "grpc"] = Field(

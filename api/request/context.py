@@ -59,6 +59,9 @@ class RequestContext:
         stages: stage name -> duration in seconds, in the order they were recorded.
             Recording a stage twice adds the durations (e.g. a retried serving call).
         model_name / model_version: the servable that answered, once a model did.
+        error_field: error answers also carry their detail as text under `error`, the Open
+            Inference Protocol's error shape (`api.request.errors`); set by the middleware
+            on the paths that speak it.
     """
 
     request_id: str
@@ -67,6 +70,7 @@ class RequestContext:
     stages: dict[str, float] = field(default_factory=dict)
     model_name: str | None = None
     model_version: int | None = None
+    error_field: bool = False
 
     @classmethod
     def detached(cls) -> RequestContext:

@@ -128,6 +128,8 @@ class RequestMiddleware:
         loop_monitor: told which route each request task serves; None to skip.
         access_log: where the per-request JSON line goes.
         tracing: the request spans' maker; None: tracing is off.
+        error_field_prefixes: paths under these answer errors with the Open Inference
+            Protocol's `error` field too (`RequestContext.error_field`).
     """
 
     def __init__(
@@ -140,8 +142,10 @@ class RequestMiddleware:
         loop_monitor: LoopMonitor | None,
         access_log: AccessLog,
         tracing: Tracing | None = None,
+        error_field_prefixes: tuple[str, ...] = (),
     ) -> None:
         self.app = app
+        self._error_field_prefixes = error_field_prefixes
         self.limits = limits
         self.in_flight = in_flight
         self._metrics = metrics
@@ -191,6 +195,8 @@ class RequestMiddleware:
 
         try:
             path = scope["path"]
+            if self._error_field_prefixes and path.startswith(self._error_field_prefixes):
+                ctx.error_field = True
             counted = path not in limits.exempt_paths
             limit = limits.body_limit(path)
             declared = declared_length(scope["headers"])

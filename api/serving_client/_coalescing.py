@@ -247,7 +247,7 @@ class CoalescingClient:
         """Passed through: status calls are not batched."""
         return await self._inner.model_status(model_name, deadline)
 
-    async def model_metadata(self, model_name: str, version: int, deadline: Deadline) -> ModelMetadata:
+    async def model_metadata(self, model_name: str, version: int | str, deadline: Deadline) -> ModelMetadata:
         """Passed through: metadata calls are not batched."""
         return await self._inner.model_metadata(model_name, version, deadline)
 

@@ -143,7 +143,7 @@ class _Member:
         finally:
             self._leave()
 
-    async def model_metadata(self, model_name: str, version: int, deadline: Deadline) -> ModelMetadata:
+    async def model_metadata(self, model_name: str, version: int | str, deadline: Deadline) -> ModelMetadata:
         self._enter()
         try:
             return await self.transport.model_metadata(model_name, version, deadline)
@@ -387,7 +387,7 @@ class DiscoveringClient:
         """Model status from one of the current replicas."""
         return await self._current().model_status(model_name, deadline)
 
-    async def model_metadata(self, model_name: str, version: int, deadline: Deadline) -> ModelMetadata:
+    async def model_metadata(self, model_name: str, version: int | str, deadline: Deadline) -> ModelMetadata:
         """Model metadata from one of the current replicas."""
         return await self._current().model_metadata(model_name, version, deadline)
 

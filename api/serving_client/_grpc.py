@@ -121,7 +121,7 @@ class GrpcTransport:
         message.model_spec.name = model_name
         return model_status_from_proto(await self._call(self._status, message, deadline))
 
-    async def model_metadata(self, model_name: str, version: int, deadline: Deadline) -> ModelMetadata:
+    async def model_metadata(self, model_name: str, version: int | str, deadline: Deadline) -> ModelMetadata:
         """`PredictionService.GetModelMetadata` of one version, "signature_def" field.
 
         Raises:

@@ -159,7 +159,7 @@ class ReplicatedClient:
             lambda replica, within: replica.model_status(model_name, within), deadline, "GetModelStatus", attributes
         )
 
-    async def model_metadata(self, model_name: str, version: int, deadline: Deadline) -> ModelMetadata:
+    async def model_metadata(self, model_name: str, version: int | str, deadline: Deadline) -> ModelMetadata:
         """Model metadata from the next replica; UNAVAILABLE and attempt timeouts retried on another."""
         attributes: Attributes = {"tfserving.model_spec.name": model_name, "tfserving.model_spec.version": version}
         return await self._call(

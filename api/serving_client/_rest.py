@@ -22,6 +22,7 @@ from api.serving_client._errors import (
     UNREACHABLE,
     ServingBadResponse,
     ServingError,
+    ServingRejected,
     ServingTimeout,
     ServingUnavailable,
     call_budget,
@@ -112,7 +113,11 @@ class RestTransport:
         Raises:
             ServingError subclasses (see `api.serving_client`).
         """
-        answer = await self._call("POST", _json.predict_path(request), deadline, _json.predict_body(request))
+        try:
+            body = _json.predict_body(request)
+        except (TypeError, ValueError) as exc:
+            raise ServingRejected(f"an input cannot be written as JSON ({exc})") from exc
+        answer = await self._call("POST", _json.predict_path(request), deadline, body)
         try:
             return _json.predict_response(answer, request)
         except ServingError as exc:
@@ -132,13 +137,14 @@ class RestTransport:
             exc.target = self.target
             raise
 
-    async def model_metadata(self, model_name: str, version: int, deadline: Deadline) -> ModelMetadata:
-        """`GET /v1/models/{name}/versions/{v}/metadata`: the version's SignatureDefs.
+    async def model_metadata(self, model_name: str, version: int | str, deadline: Deadline) -> ModelMetadata:
+        """`GET /v1/models/{name}/versions/{v}/metadata` (`/labels/{l}/...` for a version
+        label): the version's SignatureDefs.
 
         Raises:
             ServingError subclasses (see `api.serving_client`).
         """
-        path = f"/v1/models/{quote(model_name, safe='')}/versions/{version}/metadata"
+        path = f"/v1/models/{quote(model_name, safe='')}/{_json.version_path(version)}/metadata"
         answer = await self._call("GET", path, deadline)
         try:
             return _json.model_metadata(answer, version)

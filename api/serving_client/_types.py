@@ -41,7 +41,9 @@ class DataType(enum.IntEnum):
     DT_STRING = 7
     DT_INT64 = 9
     DT_BOOL = 10
+    DT_BFLOAT16 = 14
     DT_UINT16 = 17
+    DT_HALF = 19
     DT_UINT32 = 22
     DT_UINT64 = 23
 
@@ -52,8 +54,10 @@ class Tensor:
 
     Attributes:
         shape: dimensions, outermost (the batch) first; () for a scalar.
-        values: the elements, flat. Floats for DT_FLOAT/DT_DOUBLE, ints for integer
-            types, bools, bytes for DT_STRING.
+        values: the elements, flat. Floats for DT_FLOAT/DT_DOUBLE/DT_HALF/DT_BFLOAT16
+            (values of the 16-bit types are rounded to them on the wire), ints for integer
+            types, bools, bytes for DT_STRING. Any sequence: a list, or an `array.array`
+            whose typecode is the dtype's (`_tensor_proto` then copies its bytes as they are).
         dtype: element type; None when the transport does not say (REST answers carry
             JSON numbers only).
 
@@ -220,7 +224,7 @@ class ModelMetadata:
     """GetModelMetadataResponse with its "signature_def" field (get_model_metadata.proto).
 
     Attributes:
-        version: the version described.
+        version: the version described (the one a version label names, as serving answered).
         signatures: SignatureDef key -> signature.
     """
 
@@ -245,8 +249,9 @@ class ServingClient(Protocol):
         """Every version's state of `model_name` (TF Serving GetModelStatus)."""
         ...
 
-    async def model_metadata(self, model_name: str, version: int, deadline: Deadline) -> ModelMetadata:
-        """The SignatureDefs of one version (TF Serving GetModelMetadata, "signature_def")."""
+    async def model_metadata(self, model_name: str, version: int | str, deadline: Deadline) -> ModelMetadata:
+        """The SignatureDefs of one version (TF Serving GetModelMetadata, "signature_def"):
+        a version number, or a version label (a str), which serving resolves."""
         ...
 
     async def aclose(self) -> None:
