@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 import kubernetes_validate
 import pytest
 import yaml
+from pydantic import BaseModel
 
 from api.app import create_app
 from api.config.settings import Settings
@@ -93,6 +94,9 @@ def test_services_target_named_container_ports(objects: list[dict[str, Any]]) ->
             assert port["targetPort"] in ports[name], (name, port)
     assert ports["serving"] == {"grpc": 8500, "http": 8501}  # TF Serving's ports
     assert ports["api"]["http"] == 8000
+    (api,) = [c for name, c in containers(objects) if name == "api"]
+    env = {e["name"]: e["value"] for e in api["env"]}
+    assert ports["api"]["grpc"] == int(env["OIP__GRPC_PORT"])  # the OIP front's gRPC
 
 
 def test_only_api_pods_reach_servings_ports(objects: list[dict[str, Any]]) -> None:
@@ -125,10 +129,22 @@ def test_api_env_names_are_settings_or_gunicorn_variables(objects: list[dict[str
     (api,) = [c for name, c in containers(objects) if name == "api"]
     names = [e["name"] for e in api["env"]]
     # OTEL_*: OpenTelemetry's own variables (otel_tracing and the SDK read them).
-    unknown = [n for n in names if n not in settings | gunicorn_vars and not n.startswith("OTEL_")]
+    # NAME__FIELD: a field of a nested settings model (pydantic-settings' `__` delimiter).
+    nested = {
+        f"{name.upper()}__{field.upper()}"
+        for name, info in Settings.model_fields.items()
+        if isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel)
+        for field in info.annotation.model_fields
+    }
+    unknown = [n for n in names if n not in settings | nested | gunicorn_vars and not n.startswith("OTEL_")]
     assert not unknown, f"env the API never reads: {unknown}"
     env = {e["name"]: e["value"] for e in api["env"]}
-    Settings.model_validate({k.lower(): v for k, v in env.items() if k in settings})  # values parse too
+    values: dict[str, Any] = {k.lower(): v for k, v in env.items() if k in settings}
+    for k, v in env.items():
+        if k in nested:
+            outer, inner = k.lower().split("__", 1)
+            values.setdefault(outer, {})[inner] = v
+    Settings.model_validate(values)  # values parse too
     assert env["API_BIND"].rsplit(":", 1)[1] == "8000"
 
 
