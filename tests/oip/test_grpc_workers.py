@@ -65,9 +65,7 @@ def _connections_by_worker(workers: set[int], port: int) -> dict[int, set[int]]:
     return owned
 
 
-def test_two_workers_share_the_grpc_port_and_both_answer_model_infer(
-    example_serving: Serving, tmp_path: Path
-) -> None:
+def test_two_workers_share_the_grpc_port_and_both_answer_model_infer(example_serving: Serving, tmp_path: Path) -> None:
     port, grpc_port = free_port(), free_port()
     api = start_gunicorn(
         tmp_path / "gunicorn.log",
