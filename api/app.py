@@ -120,6 +120,7 @@ def create_app(
                             in_flight=in_flight,
                             metrics=observability.metrics,
                             access_log=observability.access_log,
+                            tracing=observability.tracing,
                         )
                         if oip.enabled
                         else nullcontext()
