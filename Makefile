@@ -13,7 +13,7 @@
 # make bench-peers - install the peers' venvs (.venv-peers/, pinned; make bench does it when missing)
 # make bench-hop - the split's hop at low load: transports, CPU and wake-ups per request, py-spy (~2 min)
 # make bench-tracing - CPU per request of each tier with tracing off, on at 1 % and at 100 % sampling (~2 min)
-# make bench-oip - the fraud model through its route, v2 JSON and v2 binary: CPU per request of each tier, SLO-RPS (~5 min)
+# make bench-oip - the fraud model through its route, v2 JSON and v2 binary: CPU per request of each tier, SLO-RPS (3-6 min)
 # make bench-full - the same benchmark, full plan (every split variant, longer steps, finer search)
 # make compose-test - docker-compose.yml for real: build, up, score, scale serving to 3 under load, stop one,
 #                     down (Docker, else podman from Debian's packages; ~8 min on a fresh machine)
