@@ -22,6 +22,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from api.config.security import AuthSettings, RateLimitSettings
 from api.serving_client import ClientConfig, CoalescingConfig
 
 
@@ -300,4 +301,12 @@ class Settings(BaseSettings):
     )
     events_linger_s: float = Field(
         default=0.05, ge=0.0, description="How long a batch waits for more events, seconds."
+    )
+    # The front door (api.config.security, api.security): authentication and per-client rate limits.
+    auth: AuthSettings = Field(
+        default_factory=AuthSettings, description="Authentication, off by default (AUTH__ENABLED, AUTH__...)."
+    )
+    rate_limits: RateLimitSettings = Field(
+        default_factory=RateLimitSettings, description="Per-client rate limits, off until a rule is set "
+        "(RATE_LIMITS__ROUTES)."
     )
