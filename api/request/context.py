@@ -59,6 +59,8 @@ class RequestContext:
         stages: stage name -> duration in seconds, in the order they were recorded.
             Recording a stage twice adds the durations (e.g. a retried serving call).
         model_name / model_version: the servable that answered, once a model did.
+        credential_id: the client the front door accepted (`key:<id>`, `jwt:<subject>`;
+            `api.security.front_door`), None without authentication.
     """
 
     request_id: str
@@ -67,6 +69,7 @@ class RequestContext:
     stages: dict[str, float] = field(default_factory=dict)
     model_name: str | None = None
     model_version: int | None = None
+    credential_id: str | None = None
 
     @classmethod
     def detached(cls) -> RequestContext:
