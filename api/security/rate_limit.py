@@ -14,9 +14,12 @@ shared, made by the app in gunicorn's master under `preload_app` and inherited b
 at fork, as the in-flight board is. A worker updates a bucket under an `fcntl` record lock on
 that memfd: the kernel releases such a lock when its holder dies, so a worker killed while
 holding it (OOM, SIGKILL) cannot stall the others, which a `multiprocessing.Lock` (a semaphore
-left taken) would. The lock is held for one bucket update (a few hundred nanoseconds); two
-`fcntl` calls per request cost about 1 microsecond here, and a whole check about 4-5
-microseconds of CPU (`python -m bench.front_door`, against the 20 microsecond budget).
+left taken) would. The lock is held for one bucket update. CPU per request, measured with
+`python -m bench.front_door` on 2 busy cores (load average 6): the two `fcntl` calls 1.5
+microseconds, the keyed fingerprint 0.7, a whole bucket update 3.9, the middleware's check
+with auth off 4.1 (5.4 when it refuses), 4.6 with two processes contending for the table:
+a fifth of the 20 microsecond budget. (`os.fork`-shared memory with no lock at all would need
+an atomic compare-and-swap, which Python does not have.)
 
 The table. `slots` buckets of 24 bytes (key fingerprint, tokens, last update on the monotonic
 clock, which Linux shares between processes). A bucket's slot is found by a keyed BLAKE2b
