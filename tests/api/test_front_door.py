@@ -147,6 +147,13 @@ def test_rate_limits_count_the_credential_or_the_address(tmp_path: Path) -> None
     assert anonymous.check("/v1/fraud/score", [], "10.0.0.2") is None
 
 
+def test_a_rule_on_a_public_path_counts_the_address(tmp_path: Path) -> None:
+    front, keys, _ = door(tmp_path, routes={"/healthz": {"rate": 0.001, "burst": 1}})
+    assert front.check("/healthz", [], "10.0.0.1") is None
+    assert isinstance(front.check("/healthz", asgi(x_api_key=keys.add("a")), "10.0.0.1"), Refusal)  # not the key's
+    assert front.check("/healthz", [], "10.0.0.2") is None
+
+
 def test_unauthenticated_requests_take_no_token(tmp_path: Path) -> None:
     front, keys, _ = door(tmp_path, routes={"/*": {"rate": 0.001, "burst": 1}})
     for _ in range(5):
