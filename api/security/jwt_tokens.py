@@ -121,8 +121,10 @@ class JwtVerifier:
             return {None: self._usable(key, None)}
         try:
             document = json.loads(data)
+            if not isinstance(document, dict) or not isinstance(document.get("keys"), list):
+                raise ValueError("not a JSON object with a list of keys")
             jwks = jwt.PyJWKSet.from_dict(document)
-        except (ValueError, jwt.PyJWKError, jwt.PyJWKSetError) as exc:
+        except (ValueError, TypeError, jwt.PyJWKError, jwt.PyJWKSetError) as exc:
             raise ValueError(f"not a JWKS with a usable key ({type(exc).__name__})") from None
         keys: dict[str | None, _Key] = {}
         declared = {entry.get("kid"): entry.get("alg") for entry in document.get("keys", []) if isinstance(entry, dict)}

@@ -17,15 +17,7 @@ from api.security.api_keys import (
     new_key,
     parse_key_file,
 )
-from tests.api.tokens import KeyFile
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.api.tokens import Clock, KeyFile
 
 
 def test_new_keys_are_long_random_and_never_jwt_shaped() -> None:

@@ -161,3 +161,10 @@ def test_bad_key_files_name_the_setting(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="cannot verify any"):
         JwtVerifier(JwtSettings(public_key_file=tmp_path / "key.pem", issuer="i", audience="a",
                                 algorithms=["ES256"]), 1.0)  # fmt: skip
+
+
+@pytest.mark.parametrize("document", ["[]", '"keys"', '{"keys": {"kty": "RSA"}}', "{}", "not json"])
+def test_a_jwks_of_the_wrong_shape_is_refused_naming_the_setting(tmp_path: Path, document: str) -> None:
+    (tmp_path / "jwks.json").write_text(document)
+    with pytest.raises(ValueError, match="AUTH__JWT__JWKS_FILE .*not a JWKS"):
+        JwtVerifier(JwtSettings(jwks_file=tmp_path / "jwks.json", issuer="i", audience="a"), 1.0)

@@ -13,16 +13,9 @@ import pytest
 
 from api.config.security import RateLimitSettings
 from api.security.rate_limit import PROBES, RateLimiter, SharedBuckets
+from tests.api.tokens import Clock
 
 FORK = multiprocessing.get_context("fork")
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_a_bucket_gives_its_burst_then_its_rate() -> None:

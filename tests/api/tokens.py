@@ -1,4 +1,5 @@
-"""Test credentials: an identity provider's signing keys and tokens, and API key files.
+"""Test credentials: an identity provider's signing keys and tokens, API key files, and the
+hand-moved clock their reload intervals (and the rate limits' buckets) are tested with.
 
     issuer = Issuer.rsa(tmp_path)                    # an RSA key pair, its JWKS file written
     token = issuer.token(sub="svc-a", scope="fraud:score")
@@ -86,6 +87,16 @@ class Issuer:
     @staticmethod
     def ec_key() -> Any:
         return ec.generate_private_key(ec.SECP256R1())
+
+
+class Clock:
+    """Monotonic seconds that move only when a test moves them (`clock.now += 5`)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
 
 
 class KeyFile:
