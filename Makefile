@@ -16,6 +16,7 @@
 # make bench-full - the same benchmark, full plan (every split variant, longer steps, finer search)
 # make compose-test - docker-compose.yml for real: build, up, score, scale serving to 3 under load, stop one,
 #                     down (Docker, else podman from Debian's packages; ~8 min on a fresh machine)
+# make bench-front-door - CPU per request of authentication and rate limits (process time, meaningful on a busy box)
 # make bench-serving - the serving tier alone: REST/gRPC, batching off/on, 1/2 cores (~6 min; h2load for
 #                      gRPC: apt-get install nghttp2-client, else a slower Python generator)
 
@@ -28,14 +29,14 @@ GRPC_PORT ?= 8500
 # The example routes (examples/), which run-server.sh (make run) serves by default too.
 EXAMPLE_ROUTES := examples.fraud.route:route,examples.digits.route:route
 
-.PHONY: install run test chaos compose-test model protos doctor import-graph bench bench-full bench-peers bench-hop bench-tracing bench-serving clean
+.PHONY: install run test chaos compose-test model protos doctor import-graph bench bench-full bench-peers bench-hop bench-tracing bench-serving bench-front-door clean
 
 install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[api,serving,examples,dev,bench,api-tracing,serving-tracing]'
+	$(PY) -m pip install --quiet -e '.[api,auth,serving,examples,dev,bench,api-tracing,serving-tracing]'
 	@touch $(STAMP)
 
 run: $(STAMP)
@@ -85,6 +86,9 @@ bench-tracing: $(STAMP)
 
 bench-serving: $(STAMP)
 	$(PY) -m bench.serving_tier
+
+bench-front-door: $(STAMP)
+	$(PY) -m bench.front_door
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache

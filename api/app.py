@@ -37,6 +37,7 @@ from api.request.errors import install_error_handlers
 from api.request.middleware import RequestMiddleware
 from api.routes import health, metrics
 from api.routes.model_endpoint import ModelEndpoint
+from api.security.front_door import FrontDoor
 from api.serving_client import Deadline, ServingClient, open_serving_client
 
 if TYPE_CHECKING:
@@ -73,6 +74,7 @@ def create_app(
 
     Raises:
         api.config.enabled_routes.RouteConfigError: a route cannot be loaded or its settings are wrong.
+        api.security.front_door.SecurityConfigError: authentication's key file or JWT key cannot be loaded.
     """
     settings = settings if settings is not None else Settings()
     declared = routes if routes is not None else load_routes(settings.model_routes)
@@ -158,6 +160,8 @@ def create_app(
         access_log=observability.access_log,
         tracing=observability.tracing,
         error_field_prefixes=(oip.prefix,) if oip.enabled else (),
+        # Made here too (in the master under preload): the rate-limit buckets are shared memory.
+        front_door=FrontDoor.from_settings(settings.auth, settings.rate_limits),
     )
     app.include_router(health.router)
     app.include_router(metrics.router)

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import re
 import tomllib
+from pathlib import Path, PurePosixPath
 
 import yaml
 
+from api.config.security import AuthSettings, RateLimitSettings
+from api.security.front_door import FrontDoor, Refusal
 from tests.support import REPO
 
 
@@ -113,8 +116,8 @@ def test_api_image_installs_only_the_api_extras_has_no_example_code_and_runs_as_
     assert list(stages) == ["api", "examples"]
     lines = stages["api"]
     installs = [line for line in lines if line.startswith("RUN pip install")]
-    # The api extra, and tracing's (loaded only when an OTEL_* variable turns it on).
-    assert installs == ["RUN pip install '.[api,api-tracing]'"]
+    # The api extra, tracing's (loaded only when an OTEL_* variable turns it on) and auth (JWT: PyJWT).
+    assert installs == ["RUN pip install '.[api,api-tracing,auth]'"]
     copied = [line.split()[1] for line in lines if line.startswith("COPY ")]
     assert not any(path.startswith("examples") for path in copied), copied
     users = [line for line in lines if line.startswith("USER ")]
@@ -122,7 +125,8 @@ def test_api_image_installs_only_the_api_extras_has_no_example_code_and_runs_as_
     assert not any("tensorflow" in line for line in lines)
     # The api extra carries no dependency of an example's own.
     extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    assert not any(dep.startswith(("pillow", "python-multipart")) for dep in extras["api"] + extras["api-tracing"])
+    api_extras = extras["api"] + extras["api-tracing"] + extras["auth"]
+    assert not any(dep.startswith(("pillow", "python-multipart")) for dep in api_extras)
     assert {dep.split(">")[0] for dep in extras["examples"]} == {"pillow", "python-multipart"}
 
 
@@ -161,3 +165,21 @@ def test_both_images_copy_the_code_the_tiers_share() -> None:
         )
         for shared in (f"{tier} ./{tier}", "http_hardening ./http_hardening", "cpu_quota.py", "otel_tracing.py"):
             assert shared in copied, f"{dockerfile} does not copy {shared.split()[0]}"
+
+
+def test_api_requires_a_key_from_the_mounted_key_folder(tmp_path: Path) -> None:
+    api = load()["services"]["api"]
+    env = api["environment"]
+    assert env["AUTH__ENABLED"] == "true"
+    key_file = PurePosixPath(env["AUTH__API_KEYS_FILE"])
+    # The folder is mounted, read-only (a mounted file would keep its old inode after a rename).
+    (volume,) = [v for v in api["volumes"] if v.rsplit(":", 2)[1] == str(key_file.parent)]
+    host, _, mode = volume.rsplit(":", 2)
+    assert host == "${API_AUTH_DIR:-./deploy/compose/auth}" and mode == "ro"
+    committed = REPO / "deploy" / "compose" / "auth" / key_file.name
+    assert committed.stat().st_mode & 0o044 == 0o044  # readable by the container's user
+    # The committed file loads and lists no key: nothing but the probes answers until one is added.
+    door = FrontDoor(AuthSettings(enabled=True, api_keys_file=committed), RateLimitSettings())
+    assert door.api_keys is not None and not door.api_keys.keys
+    assert door.check("/readyz", [], None) is None and "/readyz" in api["healthcheck"]["test"][1]
+    assert isinstance(door.check("/v1/fraud/score", [], None), Refusal)

@@ -3,12 +3,14 @@ and the wiring checked against the apps themselves (labels, probes, ports, env, 
 
 from __future__ import annotations
 
+import base64
 import math
 import re
 import shutil
 import subprocess
 import tomllib
 from collections.abc import Iterator
+from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -17,8 +19,10 @@ import pytest
 import yaml
 
 from api.app import create_app
+from api.config.security import AuthSettings, RateLimitSettings
 from api.config.settings import Settings
 from api.ops.cpu_budget import threads_per_worker, web_concurrency
+from api.security.front_door import FrontDoor, Refusal
 from tests.support import REPO
 
 K8S = REPO / "deploy" / "k8s"
@@ -124,11 +128,18 @@ def test_api_env_names_are_settings_or_gunicorn_variables(objects: list[dict[str
     assert {"API_BIND", "API_GRACEFUL_TIMEOUT_S"} <= gunicorn_vars
     (api,) = [c for name, c in containers(objects) if name == "api"]
     names = [e["name"] for e in api["env"]]
+    # A nested setting (AUTH__ENABLED) is named by its field, then `__` and the nested field's name;
     # OTEL_*: OpenTelemetry's own variables (otel_tracing and the SDK read them).
-    unknown = [n for n in names if n not in settings | gunicorn_vars and not n.startswith("OTEL_")]
+    unknown = [
+        n for n in names if n not in gunicorn_vars and n.split("__")[0] not in settings and not n.startswith("OTEL_")
+    ]
     assert not unknown, f"env the API never reads: {unknown}"
     env = {e["name"]: e["value"] for e in api["env"]}
-    Settings.model_validate({k.lower(): v for k, v in env.items() if k in settings})  # values parse too
+    with pytest.MonkeyPatch.context() as patch:  # values parse too, read as the app reads them
+        for name, value in env.items():
+            if name not in gunicorn_vars:
+                patch.setenv(name, value)
+        Settings()
     assert env["API_BIND"].rsplit(":", 1)[1] == "8000"
 
 
@@ -223,3 +234,28 @@ def test_api_image_is_the_one_compose_builds(objects: list[dict[str, Any]]) -> N
     assert images["api"] == compose["services"]["api"]["image"]
     version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
     assert images["api"] == f"tfserve-split/api-examples:{version}"
+
+
+def test_api_requires_a_key_from_the_api_keys_secret_mounted_whole(
+    objects: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    deployment = of_kind(objects, "Deployment")["api"]
+    pod = deployment["spec"]["template"]["spec"]
+    (api,) = pod["containers"]
+    env = {e["name"]: e["value"] for e in api["env"]}
+    assert env["AUTH__ENABLED"] == "true"
+    key_file = PurePosixPath(env["AUTH__API_KEYS_FILE"])
+    (mount,) = [m for m in api["volumeMounts"] if m["mountPath"] == str(key_file.parent)]
+    assert mount["readOnly"] is True and "subPath" not in mount  # a subPath mount never sees updates
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    secret = of_kind(objects, "Secret")[volume["secret"]["secretName"]]
+    assert secret["metadata"]["name"] == "api-keys"  # no hash suffix: updated in place, not rolled
+    assert key_file.name in secret["data"]
+    # The Secret's file is one the front door loads (the base lists no key: all but the probes refused).
+    (tmp_path / "api-keys").write_bytes(base64.b64decode(secret["data"][key_file.name]))
+    auth = AuthSettings(enabled=True, api_keys_file=tmp_path / "api-keys")
+    door = FrontDoor(auth, RateLimitSettings())
+    assert door.api_keys is not None and not door.api_keys.keys
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert door.check(api[probe]["httpGet"]["path"], [], None) is None  # the probes are public
+    assert isinstance(door.check("/v1/fraud/score", [], None), Refusal)

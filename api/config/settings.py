@@ -24,6 +24,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from api.config.oip import OipSettings
 from api.config.payload_capture_settings import PayloadCaptureSettings
+from api.config.security import AuthSettings, RateLimitSettings
 from api.serving_client import ClientConfig, CoalescingConfig
 
 
@@ -318,4 +319,12 @@ class Settings(BaseSettings):
     payload_capture: PayloadCaptureSettings = Field(
         default_factory=PayloadCaptureSettings,
         description="Where sampled requests and responses go (PAYLOAD_CAPTURE__<SETTING>).",
+    )
+    # The front door (api.config.security, api.security): authentication and per-client rate limits.
+    auth: AuthSettings = Field(
+        default_factory=AuthSettings, description="Authentication, off by default (AUTH__ENABLED, AUTH__...)."
+    )
+    rate_limits: RateLimitSettings = Field(
+        default_factory=RateLimitSettings, description="Per-client rate limits, off until a rule is set "
+        "(RATE_LIMITS__ROUTES)."
     )

@@ -9,7 +9,10 @@ memory stream per request), installed once, outermost among the app's own middle
    the request's one `Deadline`, so the route can record stages and read the deadline and
    the serving client can forward the id; tells the loop monitor which route this task
    serves (blocks name it);
-2. applies the admission limits of `api.request.admission.rules` (503 `overloaded`, 422 for
+2. asks the front door (`api.security.front_door`, when authentication or rate limits are on)
+   first: 401, 403 and 429 are answered before any other rule, and the accepted client's
+   credential id goes into the context (and the access log);
+   then applies the admission limits of `api.request.admission.rules` (503 `overloaded`, 422 for
    a bad `X-Request-Timeout-Ms`, 413 by `Content-Length`), and while the app runs, bounds
    the body's arrival by the deadline (408), counts a streamed body's bytes (413) and checks
    that a multipart body ends with its closing boundary (400);
@@ -50,6 +53,7 @@ from api.request.admission.in_flight import InFlightBoard
 from api.request.admission.rules import BadTimeoutHeader, Limits, MultipartCloseWatch, declared_length
 from api.request.context import REQUEST_ID_HEADER, RequestContext, bind, new_request_id, unbind
 from api.request.errors import RETRY_AFTER_S, error_response, response_for
+from api.security.front_door import FrontDoor, Refusal
 from api.serving_client import Deadline, ServingError
 
 if TYPE_CHECKING:
@@ -130,6 +134,7 @@ class RequestMiddleware:
         tracing: the request spans' maker; None: tracing is off.
         error_field_prefixes: paths under these answer errors with the Open Inference
             Protocol's `error` field too (`RequestContext.error_field`).
+        front_door: authentication and rate limits, asked first; None when both are off.
     """
 
     def __init__(
@@ -143,9 +148,11 @@ class RequestMiddleware:
         access_log: AccessLog,
         tracing: Tracing | None = None,
         error_field_prefixes: tuple[str, ...] = (),
+        front_door: FrontDoor | None = None,
     ) -> None:
         self.app = app
         self._error_field_prefixes = error_field_prefixes
+        self.front_door = front_door
         self.limits = limits
         self.in_flight = in_flight
         self._metrics = metrics
@@ -278,6 +285,13 @@ class RequestMiddleware:
         """The answer to a request refused before the app runs (`api.request.admission.rules`, in its order),
         or None; lowers `ctx.deadline` when the timeout header asks."""
         limits = self.limits
+        if self.front_door is not None:
+            client = scope.get("client")
+            verdict = self.front_door.check(scope["path"], scope["headers"], client[0] if client else None)
+            if verdict is not None:
+                ctx.credential_id = verdict.credential_id
+            if isinstance(verdict, Refusal):
+                return error_response(verdict.status, verdict.code, verdict.detail, verdict.headers)
         if counted and self.in_flight.full():
             busy, limit = self.in_flight.totals()
             detail = f"at the limit of requests in flight ({busy} of {limit}, {limits.max_in_flight} per worker)"
@@ -330,6 +344,7 @@ class RequestMiddleware:
                     "model_version": ctx.model_version,
                     "client": f"{client[0]}:{client[1]}" if client else None,
                     **trace_fields,
+                    "credential": ctx.credential_id,
                 },
             )
 

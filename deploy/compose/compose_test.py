@@ -4,8 +4,10 @@
 
 Runs docker-compose.yml with our model server's image as `serving` (SERVING_IMAGE), then:
 
-1. `up -d`, waits until every container's healthcheck says healthy;
-2. scores examples/transaction.json through the API's published port;
+1. writes a fresh API key's digest to a key folder of its own (API_AUTH_DIR: authentication is
+   on in the stack), `up -d`, waits until every container's healthcheck says healthy;
+2. checks that a score without the key is refused (401), then scores examples/transaction.json
+   with it through the API's published port;
 3. under a steady load of score requests, scales serving from 1 to 3 replicas (and the API
    to 2, each on its own host port from API_PORTS) and waits until every serving replica
    has answered some of them: each replica's own count comes from its Prometheus page
@@ -24,12 +26,15 @@ timer, so a thread here runs `podman healthcheck run` for the project's containe
 from __future__ import annotations
 
 import argparse
+import hashlib
 import http.client
 import json
 import os
 import re
+import secrets
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -47,6 +52,8 @@ _METRICS_CMD = (
 )
 
 _started = time.monotonic()
+# The API key every request of this test sends (set by `write_key_folder`).
+_KEY = "tfs_" + secrets.token_urlsafe(32)
 
 
 def log(message: str) -> None:
@@ -155,7 +162,7 @@ class Load(threading.Thread):
             try:
                 if conn is None:
                     conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
-                conn.request("POST", "/v1/fraud/score", self.body, {"content-type": "application/json"})
+                conn.request("POST", "/v1/fraud/score", self.body, _headers())
                 response = conn.getresponse()
                 text = response.read()
                 outcome = None if response.status == 200 else f"{response.status} {text[:200]!r}"
@@ -183,9 +190,33 @@ def published_port(stack: Stack, index: int = 1) -> int:
     return int(text.rsplit(":", 1)[1])
 
 
+def _headers(key: str | None = _KEY) -> dict[str, str]:
+    return {"content-type": "application/json", **({"x-api-key": key} if key else {})}
+
+
+def write_key_folder() -> Path:
+    """A folder with an API key file listing `_KEY`'s SHA-256 (the format of api.security.api_keys),
+    readable by the API container's user."""
+    folder = Path(tempfile.mkdtemp(prefix="compose-test-auth-"))
+    folder.chmod(0o755)
+    path = folder / "api-keys"
+    path.write_text(f"compose-test sha256:{hashlib.sha256(_KEY.encode()).hexdigest()}\n")
+    path.chmod(0o644)
+    return folder
+
+
+def refused_without_key(port: int, body: bytes) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn.request("POST", "/v1/fraud/score", body, _headers(None))
+    response = conn.getresponse()
+    text = response.read()
+    if response.status != 401 or not response.getheader("www-authenticate", "").startswith("Bearer"):
+        raise AssertionError(f"score without a key via port {port}: {response.status} {text!r}")
+
+
 def score_once(port: int, body: bytes) -> dict:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    conn.request("POST", "/v1/fraud/score", body, {"content-type": "application/json"})
+    conn.request("POST", "/v1/fraud/score", body, _headers())
     response = conn.getresponse()
     text = response.read()
     if response.status != 200:
@@ -220,7 +251,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     engine = os.environ["ENGINE"]
     compose = os.environ["COMPOSE"].split()
     api_ports = args.api_ports or ("0" if engine == "podman" else "18000-18009")
-    env = {**os.environ, "SERVING_IMAGE": args.serving_image, "API_PORTS": api_ports}
+    env = {**os.environ, "SERVING_IMAGE": args.serving_image, "API_PORTS": api_ports,
+           "API_AUTH_DIR": str(write_key_folder())}
     stack = Stack(engine, compose, env)
     body = (REPO / "examples" / "transaction.json").read_bytes()
     official = "tensorflow/serving" in args.serving_image
@@ -244,6 +276,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         log(f"up: serving and api healthy in {timings['up to healthy']:.1f} s")
 
         port = published_port(stack)
+        refused_without_key(port, body)
+        log("a score without an API key: 401 with WWW-Authenticate")
         answer = score_once(port, body)
         log(f"scored examples/transaction.json via 127.0.0.1:{port}: {json.dumps(answer)}")
         assert answer["transaction_id"] and 0.0 <= answer["fraud_score"] <= 1.0, answer
