@@ -54,9 +54,11 @@ class Limits:
             (`MAX_IN_FLIGHT_REQUESTS`; `api.request.admission.in_flight`).
         request_timeout_s: a request's time budget from arrival, seconds (`REQUEST_TIMEOUT_S`).
         max_body_bytes: largest body, bytes (`MAX_BODY_BYTES`).
-        path_body_limits: other body limits for some paths (exact match), bytes: routes
-            that take uploads.
+        path_body_limits: other body limits for some paths (exact match), bytes: each model
+            route's own.
         exempt_paths: paths never refused nor counted for load.
+        path_limit_settings: the setting that raises a path's limit, named in its 413
+            (`MODELS__<ROUTE>__MAX_BODY_BYTES`); other paths name `MAX_BODY_BYTES`.
     """
 
     max_in_flight: int
@@ -64,10 +66,16 @@ class Limits:
     max_body_bytes: int
     path_body_limits: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     exempt_paths: frozenset[str] = EXEMPT_PATHS
+    path_limit_settings: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     def body_limit(self, path: str) -> int:
         """Largest body accepted on `path`, bytes."""
         return self.path_body_limits.get(path, self.max_body_bytes)
+
+    def too_large(self, path: str) -> str:
+        """The 413's detail for `path`: the limit, and the setting that raises it."""
+        setting = self.path_limit_settings.get(path, "MAX_BODY_BYTES")
+        return f"request body is larger than {self.body_limit(path)} bytes (raise the limit with {setting})"
 
     def time_budget(self, headers: Iterable[tuple[bytes, bytes]]) -> float:
         """The request's budget in seconds: `request_timeout_s`, lowered by `X-Request-Timeout-Ms`.
