@@ -24,6 +24,8 @@ STAMP := $(VENV)/.installed-stamp
 API_PORT ?= 8000
 REST_API_PORT ?= 8501
 GRPC_PORT ?= 8500
+# What the /models/ prefix of the model config's base paths stands for (run-server.sh).
+MODELS_DIR ?= $(CURDIR)/models
 # The example routes (examples/), which run-server.sh (make run) serves by default too.
 EXAMPLE_ROUTES := examples.fraud.route:route,examples.digits.route:route
 
@@ -37,9 +39,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[api,serving,examples,dev,bench]'
 	@touch $(STAMP)
 
+# Ctrl-C stops run-server.sh and make exits 0 (tools/foreground.py says why it is needed).
 run: $(STAMP)
-	MODELS_DIR=$(CURDIR)/models PYTHON=$(abspath $(PY)) API_PORT=$(API_PORT) \
-	REST_API_PORT=$(REST_API_PORT) GRPC_PORT=$(GRPC_PORT) ./run-server.sh
+	MODELS_DIR=$(MODELS_DIR) PYTHON=$(abspath $(PY)) API_PORT=$(API_PORT) \
+	REST_API_PORT=$(REST_API_PORT) GRPC_PORT=$(GRPC_PORT) $(PY) -m tools.foreground ./run-server.sh
 
 test: $(STAMP)
 	$(PY) -m ruff check .
