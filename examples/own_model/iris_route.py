@@ -14,9 +14,10 @@ SPECIES = ("setosa", "versicolor", "virginica")
 
 
 class Flower(BaseModel):
-    """The request: one flower's measurements, centimetres."""
+    """The request: one flower's measurements, centimetres; strict types (a JSON number each, no
+    string or boolean), unknown fields refused."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
     sepal_length: float = Field(gt=0, le=100)
     sepal_width: float = Field(gt=0, le=100)
