@@ -1,4 +1,4 @@
-"""Serve your own model, as the README says: a SavedModel of one's own and a route declared
+"""Serve your own model, as docs/own-model.md says: a SavedModel of one's own and a route declared
 outside `api/`, served through both tiers (run-server.sh) over REST and gRPC, and scored.
 
 The model is exported here (examples/own_model/export.py: a logistic regression on the
