@@ -229,13 +229,21 @@ def run_page(page: Path, workdir: Path) -> None:
     finally:
         for proc in background:
             supervisor = _run_server_pid(proc.pid)
-            if proc.poll() is None and supervisor is not None:
-                os.kill(supervisor, signal.SIGTERM)  # as a supervisor stops it; make then exits 0
+            if proc.poll() is None:
+                # As a supervisor stops it (make then exits 0); without the script, the whole group.
+                if supervisor is not None:
+                    os.kill(supervisor, signal.SIGTERM)
+                else:
+                    os.killpg(proc.pid, signal.SIGTERM)
             try:
                 proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+            try:  # nothing of the group may outlive the test (a tier left behind)
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
     for proc in background:
         assert proc.returncode == 0, f"make run exited {proc.returncode} on SIGTERM"
 
