@@ -1,6 +1,6 @@
 """A model route of your own: `POST /v1/iris/classify`, declared with `api.model_routes` only.
 
-Enable it with `MODEL_ROUTES=iris_route:route` and this folder on `PYTHONPATH` (README,
+Enable it with `MODEL_ROUTES=iris_route:route` and this folder on `PYTHONPATH` (docs/own-model.md,
 "Serve your own model"); nothing under `api/` changes.
 """
 
