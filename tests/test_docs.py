@@ -8,7 +8,8 @@ examples of the README and the pages run as written.
 - every console block marked `<!-- test: run -->` runs on a fresh copy of the repository, in
   the page's order: each `$ ` command with bash, its printed lines checked against the page's
   (a JSON answer key by key, numbers to 1e-4; other lines as substrings, `...` a gap). `make run` is started
-  in the background and waited on until it prints its ready line, then stopped with SIGTERM.
+  in the background and waited on until it prints its ready line, then stopped with SIGTERM to run-server.sh
+  (before the next `make run`, else at the end), and must exit 0.
   Port 8000 becomes a free port (`API_PORT`, and in the commands).
 """
 
@@ -191,6 +192,25 @@ def _run_server_pid(group: int) -> int | None:
     return None
 
 
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """Stop a `make run` as a supervisor does (SIGTERM to run-server.sh; make then exits 0)."""
+    supervisor = _run_server_pid(proc.pid)
+    if proc.poll() is None:
+        if supervisor is not None:
+            os.kill(supervisor, signal.SIGTERM)
+        else:  # without the script: the whole group
+            os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    try:  # nothing of the group may outlive the test (a tier left behind)
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 def run_page(page: Path, workdir: Path) -> None:
     port = free_port()
     env = {
@@ -207,6 +227,9 @@ def run_page(page: Path, workdir: Path) -> None:
             line = command.line.replace("127.0.0.1:8000", f"127.0.0.1:{port}")
             expected = [e.replace("127.0.0.1:8000", f"127.0.0.1:{port}") for e in command.expected]
             if line.endswith("make run"):
+                expected = expected or ["run-server: API ready on"]
+                for earlier in background:  # the user stopped the last one (Ctrl-C) before this
+                    _stop(earlier)
                 log = workdir / f"make-run-{len(background)}.log"
                 with log.open("wb") as sink:
                     proc = subprocess.Popen(
@@ -228,22 +251,7 @@ def run_page(page: Path, workdir: Path) -> None:
             check_output(Command(line, expected), out.stdout)
     finally:
         for proc in background:
-            supervisor = _run_server_pid(proc.pid)
-            if proc.poll() is None:
-                # As a supervisor stops it (make then exits 0); without the script, the whole group.
-                if supervisor is not None:
-                    os.kill(supervisor, signal.SIGTERM)
-                else:
-                    os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-            try:  # nothing of the group may outlive the test (a tier left behind)
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            _stop(proc)
     for proc in background:
         assert proc.returncode == 0, f"make run exited {proc.returncode} on SIGTERM"
 
