@@ -122,8 +122,12 @@ def datatypes_markdown() -> str:
     """The route reference's table of the dtypes a route may declare."""
     lines = ["| `DataType` | a request's JSON value (one element) | range |", "|---|---|---|"]
     for dtype, kind in JSON_TYPES.items():
-        span = "" if kind.low is None else f"{kind.low:g} .. {kind.high:g}" if kind.annotation == "float" else (
-            f"{kind.low} .. {kind.high}"
+        span = (
+            ""
+            if kind.low is None
+            else f"{kind.low:g} .. {kind.high:g}"
+            if kind.annotation == "float"
+            else (f"{kind.low} .. {kind.high}")
         )
         lines.append(f"| `{dtype.name}` | {_cell(kind.json)} (`{kind.annotation}`) | {span} |")
     return "\n".join(lines)
