@@ -23,12 +23,14 @@ import anyio
 from fastapi import FastAPI
 
 from api.config.enabled_routes import configure_routes, load_routes
+from api.config.serving_config import served_models
 from api.config.settings import Settings
-from api.inference.readiness import require_models
+from api.inference.readiness import ModelsNotServed, require_models
 from api.inference.served_model import ServedModel
 from api.model_routes import ModelRoute
 from api.observability.wiring import install_observability
 from api.oip.front import OipFront
+from api.ops import start_failure
 from api.ops.cpu_budget import available_cpus
 from api.request.admission.in_flight import InFlightBoard
 from api.request.admission.rules import EXEMPT_PATHS, Limits
@@ -87,11 +89,16 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with opener() as client:
             app.state.serving_client = client
-            await require_models(
-                client,
-                {e.configured.route.name: e.configured.signature for e in endpoints},
-                Deadline.after(settings.serving_timeout_s),
-            )
+            try:
+                await require_models(
+                    client,
+                    {e.configured.route.name: e.configured.signature for e in endpoints},
+                    Deadline.after(settings.serving_timeout_s),
+                    served_models(settings.serving_model_config_file),
+                )
+            except ModelsNotServed as exc:
+                start_failure.record(str(exc))  # the last line printed (api.ops.start_failure)
+                raise
             # CPU-bound preprocessing (image decoding) runs in threads, at most one per
             # usable CPU at a time.
             cpu_limiter = anyio.CapacityLimiter(available_cpus())
@@ -154,6 +161,10 @@ def create_app(
             path_body_limits={e.configured.route.path: e.configured.max_body_bytes for e in endpoints},
             prefix_body_limits=((oip.prefix + "/", oip.max_body_bytes),) if oip.enabled else (),
             exempt_paths=EXEMPT_PATHS | oip.probe_paths if oip.enabled else EXEMPT_PATHS,
+            path_limit_settings={
+                e.configured.route.path: Settings.model_setting_variable(e.configured.route.name, "max_body_bytes")
+                for e in endpoints
+            },
         ),
         metrics=observability.metrics,
         loop_monitor=observability.loop_monitor,

@@ -154,20 +154,19 @@ def test_api_probes_are_routes_of_the_app(objects: list[dict[str, Any]]) -> None
         assert api[probe]["httpGet"]["port"] == "http"
 
 
-def test_serving_probes_ask_model_status_of_the_configured_models(objects: list[dict[str, Any]]) -> None:
-    # TF Serving's own model status path pattern.
-    from serving.model_servers.http_rest_api_handler import _MODEL_STATUS_API
-
+def test_serving_probes_read_the_model_names_from_the_mounted_config(objects: list[dict[str, Any]]) -> None:
+    # No model names in the manifests: the probes' script reads them from /config/models.config.
     (serving,) = [c for name, c in containers(objects) if name == "serving"]
-    configured = re.findall(r'name:\s*"([^"]+)"', (K8S / "models.config").read_text())
-    liveness = serving["livenessProbe"]["httpGet"]
-    assert liveness["port"] == "http" and _MODEL_STATUS_API.fullmatch(liveness["path"])
-    assert liveness["path"].rsplit("/", 1)[1] in configured
-    for probe in ("startupProbe", "readinessProbe"):
-        script = serving[probe]["exec"]["command"][-1]
-        assert "/dev/tcp/127.0.0.1/8501" in script and "AVAILABLE" in script
-        assert re.search(r"for m in ([\w ]+);", script).group(1).split() == configured
-        assert _MODEL_STATUS_API.fullmatch("/v1/models/fraud") and "GET /v1/models/$m " in script
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        command = serving[probe]["exec"]["command"]
+        assert command[:2] == ["bash", "/config/models-available.sh"], command
+        assert command[-2:] == ["/config/models.config", "8501"]
+        assert "fraud" not in " ".join(command) and "digits" not in " ".join(command)
+    assert "--answers" in serving["livenessProbe"]["exec"]["command"]  # alive: the port answers HTTP
+    config_maps = {name.rsplit("-", 1)[0]: cm for name, cm in of_kind(objects, "ConfigMap").items()}
+    assert config_maps["serving-monitoring"]["data"]["models-available.sh"] == (
+        REPO / "deploy" / "serving" / "models-available.sh"
+    ).read_text()
 
 
 def test_cpu_limits_agree_with_how_each_tier_sizes_its_threads(objects: list[dict[str, Any]]) -> None:
@@ -209,21 +208,25 @@ def test_serving_gets_models_config_and_models_volume(objects: list[dict[str, An
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert mounts["models"]["mountPath"] == "/models" and mounts["models"]["readOnly"] is True
     assert volumes["models"]["persistentVolumeClaim"]["claimName"] in of_kind(objects, "PersistentVolumeClaim")
-    config_map = of_kind(objects, "ConfigMap")[volumes["config"]["configMap"]["name"]]
-    assert set(config_map["data"]) == {"models.config", "monitoring.config"}
-    for key in config_map["data"]:
-        assert f"--{key.replace('.config', '')}_config_file=/config/{key}" in serving["args"] or (
-            key == "models.config" and "--model_config_file=/config/models.config" in serving["args"]
-        )
-    for line in config_map["data"]["models.config"].splitlines():
+    assert mounts["config"]["mountPath"] == "/config"
+    config_maps = of_kind(objects, "ConfigMap")
+    data: dict[str, str] = {}
+    for source in volumes["config"]["projected"]["sources"]:
+        data |= config_maps[source["configMap"]["name"]]["data"]
+    assert set(data) == {"models.config", "monitoring.config", "models-available.sh"}
+    assert "--model_config_file=/config/models.config" in serving["args"]
+    assert "--monitoring_config_file=/config/monitoring.config" in serving["args"]
+    for line in data["models.config"].splitlines():
         if line.strip().startswith("base_path:"):
             assert line.split('"')[1].startswith("/models/")
 
 
 def test_config_copies_equal_the_repository_files() -> None:
     # kustomize reads no file outside deploy/k8s, so these are copies; they must not drift.
-    assert (K8S / "models.config").read_text() == (REPO / "models.config").read_text()
-    assert (K8S / "monitoring.config").read_text() == (REPO / "deploy" / "serving" / "monitoring.config").read_text()
+    base = K8S / "base"
+    assert (base / "models.config").read_text() == (REPO / "models.config").read_text()
+    for name in ("monitoring.config", "models-available.sh"):
+        assert (base / name).read_text() == (REPO / "deploy" / "serving" / name).read_text()
 
 
 def test_api_image_is_the_one_compose_builds(objects: list[dict[str, Any]]) -> None:

@@ -77,6 +77,12 @@ class Settings(BaseSettings):
         "`ModelRoute`, `package.module:attribute` (e.g. examples.fraud.route:route); required unless the "
         "app is given its routes (`create_app(routes=...)`).",
     )
+    serving_model_config_file: Path | None = Field(
+        default=None,
+        description="Serving's model config file (TF Serving's `--model_config_file`), when the API can "
+        "read it: a route whose model serving lacks is refused at start-up with the models this file "
+        "names. run-server.sh sets it; unset, the message names only the missing model.",
+    )
     models: dict[str, ModelSettings] = Field(
         default_factory=dict,
         description="Per-model settings by route name, from `MODELS__<ROUTE>__<SETTING>` "

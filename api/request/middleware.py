@@ -239,7 +239,7 @@ class RequestMiddleware:
                 if counting:
                     received += len(message.get("body", b""))
                     if received > limit:
-                        cut = (413, "payload_too_large", f"request body is larger than {limit} bytes")
+                        cut = (413, "payload_too_large", limits.too_large(path))
                         raise _BodyCut
                 body_done = not message.get("more_body", False)
                 if multipart is not None:
@@ -303,7 +303,7 @@ class RequestMiddleware:
         if budget != limits.request_timeout_s:
             ctx.deadline = Deadline(ctx.started + budget)
         if declared is not None and declared > limit:
-            return error_response(413, "payload_too_large", f"request body is larger than {limit} bytes")
+            return error_response(413, "payload_too_large", limits.too_large(scope["path"]))
         return None
 
     def _record(

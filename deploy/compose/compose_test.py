@@ -14,7 +14,13 @@ Runs docker-compose.yml with our model server's image as `serving` (SERVING_IMAG
    (`:tensorflow:serving:request_count{model_name="fraud",status="OK"}`), read inside the
    container;
 4. still under load, stops one serving replica (SIGTERM, then its grace period);
-5. tears everything down (also on failure), and fails if any request of the load failed.
+5. tears everything down (also on failure), and fails if any request of the load failed;
+6. the second scenario, one's own model through deploy/compose/own-model.override.yml exactly
+   as docs/deploying.md says: the iris SavedModel exported and its route scaffolded into
+   my-model/ (docs/own-model.md's first steps, with the venv's Python), then the commands of the
+   page's block marked `<!-- compose-test: own-model -->` run as written (`docker compose` is
+   the engine's compose command with this test's project name; the curl waits for healthy and
+   goes to the published port), the answer checked, and down.
 
 Standard library only, so it runs with any Python 3.11 (the host's). Expects ENGINE
 (docker or podman) and COMPOSE (the compose command, space-separated) in the environment,
@@ -237,6 +243,66 @@ def wait_spread(stack: Stack, base: dict[str, int], replicas: int, timeout_s: fl
         time.sleep(1)
 
 
+OWN_MODEL_MARK = "<!-- compose-test: own-model -->"
+
+
+def documented_commands(page: Path, mark: str) -> list[str]:
+    """The `$ ` commands of the console block after `mark` on `page`, continuation lines joined."""
+    text = page.read_text()
+    block = text[text.index(mark) :].split("```", 2)[1]
+    commands: list[str] = []
+    pending = ""
+    for line in block.splitlines()[1:]:
+        if pending:
+            pending += " " + line.strip()
+        elif line.startswith("$ "):
+            pending = line[2:]
+        else:
+            continue
+        if pending.endswith("\\"):
+            pending = pending[:-1].rstrip()
+        else:
+            commands.append(pending)
+            pending = ""
+    return commands
+
+
+def own_model_scenario(stack: Stack, venv_python: str) -> None:
+    """Scenario 2: the iris example as one's own model, through the override, as the docs say."""
+    project = REPO / "my-model"
+    if project.exists():
+        subprocess.run(["rm", "-rf", str(project)], check=True)
+    log("own model: exporting the iris SavedModel and scaffolding its route into my-model/")
+    stack.run(venv_python, "examples/own_model/export.py", "my-model/models/iris", timeout=600)
+    stack.run(venv_python, "-m", "api.model_routes.scaffold", "--saved-model", "my-model/models/iris", "--name", "iris")
+    commands = documented_commands(REPO / "docs" / "deploying.md", OWN_MODEL_MARK)
+    compose = " ".join(stack.compose[:-2])  # with -p, without -f: the page names its files
+    exports = [c for c in commands if c.startswith("export ")]
+    try:
+        for command in commands:
+            if command.startswith("export "):
+                continue
+            if command.startswith("curl "):
+                stack.wait_healthy("serving", 1, 300)
+                stack.wait_healthy("api", 1, 120)
+                port = published_port(stack)
+                command = command.replace("127.0.0.1:8000", f"127.0.0.1:{port}")
+            command = command.replace("docker compose", compose)
+            log(f"own model: $ {command}")
+            out = stack.run("bash", "-c", "; ".join([*exports, command]), timeout=600)
+            if command.startswith("curl "):
+                answer = json.loads(out)
+                log(f"own model: scored a flower through the override: {out.strip()}")
+                assert answer["model"] == {"name": "iris", "version": 1}, answer
+                assert len(answer["probabilities"]) == 3 and abs(sum(answer["probabilities"]) - 1) < 1e-4, answer
+    finally:
+        stack.run("bash", "-c", "; ".join([*exports, f"{compose} -f docker-compose.yml -f "
+                                           "deploy/compose/own-model.override.yml down --remove-orphans"]),
+                  check=False, timeout=300)  # fmt: skip
+        subprocess.run(["rm", "-rf", str(project)], check=False)
+        log("own model: down")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--serving-image", default="tfserve-split/serving:0.1.0")
@@ -246,13 +312,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "whose Docker API refuses ranges, 0: a free port each)",
     )
     parser.add_argument("--spread-s", type=float, default=8.0, help="load kept on 3 replicas before counting")
+    parser.add_argument("--venv-python", default=str(REPO / ".venv" / "bin" / "python"),
+                        help="the project's venv Python (make install): exports and scaffolds the own model")
+    parser.add_argument("--skip-own-model", action="store_true", help="only the first scenario")
     args = parser.parse_args(argv)
 
     engine = os.environ["ENGINE"]
     compose = os.environ["COMPOSE"].split()
     api_ports = args.api_ports or ("0" if engine == "podman" else "18000-18009")
     env = {**os.environ, "SERVING_IMAGE": args.serving_image, "API_PORTS": api_ports,
-           "API_AUTH_DIR": str(write_key_folder())}
+           "API_AUTH_DIR": str(write_key_folder()), "KEY": _KEY}  # KEY: docs/deploying.md's curl sends it
     stack = Stack(engine, compose, env)
     body = (REPO / "examples" / "transaction.json").read_bytes()
     official = "tensorflow/serving" in args.serving_image
@@ -336,6 +405,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         log(f"FAILED: {len(load.failed)} of {load.ok + len(load.failed)} requests failed; first: {load.failed[:5]}")
         return 1
     log(f"all {load.ok} requests under load answered 200 (zero failed)")
+    if not args.skip_own_model:
+        pump = HealthPump(stack) if engine == "podman" else None
+        if pump is not None:
+            pump.start()
+        try:
+            own_model_scenario(stack, args.venv_python)
+        finally:
+            if pump is not None:
+                pump.stop.set()
     log(f"per-replica requests (each replica's own :tensorflow:serving:request_count, fraud, OK) "
         f"during {args.spread_s:.0f} s on 3 replicas:")
     for name, count in sorted(spread.items()):
