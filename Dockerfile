@@ -18,7 +18,7 @@ COPY api ./api
 # Shared with the serving image (neither tier imports the other).
 COPY http_hardening ./http_hardening
 COPY canonical_codes.py cpu_quota.py ./
-RUN pip install '.[api]'
+RUN pip install '.[api,docs-ui]'
 COPY gunicorn.conf.py ./
 
 RUN useradd --create-home --uid 10001 --shell /usr/sbin/nologin app

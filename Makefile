@@ -34,7 +34,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[api,serving,examples,dev,bench]'
+	$(PY) -m pip install --quiet -e '.[api,docs-ui,serving,examples,dev,bench]'
 	@touch $(STAMP)
 
 run: $(STAMP)

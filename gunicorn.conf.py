@@ -21,6 +21,11 @@ processes, so OMP/MKL/OpenBLAS thread pools get `cpus // workers` threads (1 wit
 worker per CPU), set before anything imports those libraries. `python -m api.ops.doctor`
 prints the resulting budget next to the serving tier's threads.
 
+Operational port: `/metrics`, `/docs` and `/openapi.json` are served by a process of their
+own (`api.operational`, nice 10) on `API_OPS_BIND` (default `0.0.0.0:9000`), started once
+the master is ready and stopped with it; the public port (`API_BIND`) then has only the
+probes and the model routes. `API_OPS_BIND=` (empty) serves them from the workers again.
+
 Metrics: the workers share one Prometheus multiprocess directory
 (`PROMETHEUS_MULTIPROC_DIR`, see `api.observability.metrics`). When the variable is unset a
 fresh temporary directory is made and removed when the master exits, a failed start
@@ -33,6 +38,7 @@ This file is executed by gunicorn only; everything it does is for the server it 
 """
 
 import atexit
+import contextlib
 import gc
 import os
 import shutil
@@ -65,6 +71,12 @@ if os.environ.get(_PREPARED_ENV) != str(os.getpid()):
         # app fails to build (a configuration error), which left an empty directory behind.
         atexit.register(_remove_dir_made_by, os.environ[_MULTIPROC_ENV], os.getpid())
     os.environ[_PREPARED_ENV] = str(os.getpid())
+
+# --- the operational port (before the app is preloaded: it reads API_OPS_BIND) -------------
+# /metrics, /docs and /openapi.json are served by a process of their own on this address,
+# not by the workers on the public port (api.operational); empty puts them back there.
+_OPS_ENV = "API_OPS_BIND"
+os.environ.setdefault(_OPS_ENV, "0.0.0.0:9000")
 
 # Only now: these import prometheus_client (see the module doc).
 from api.http_server.limits import raise_open_files_limit  # noqa: E402
@@ -118,6 +130,44 @@ def pre_fork(server, worker):
     allocates itself as usual (https://docs.python.org/3/library/gc.html#gc.freeze).
     """
     gc.freeze()
+
+
+_operational = {}
+
+
+def when_ready(server):
+    """Start the operational port's process (`api.operational`) with the app's OpenAPI
+    document, written from the app the master preloaded (built here without preload)."""
+    import subprocess
+    import sys
+
+    bind_to = os.environ.get(_OPS_ENV, "")
+    if not bind_to:
+        return
+    app = server.app.wsgi()
+    fd, openapi = tempfile.mkstemp(prefix="api-openapi-", suffix=".json")
+    with os.fdopen(fd, "w") as out:
+        import json
+
+        json.dump(app.openapi(), out)
+    _operational["openapi"] = openapi
+    _operational["pidfile"] = pidfile = openapi[: -len(".json")] + ".pid"
+    command = [sys.executable, "-m", "api.operational", f"--bind={bind_to}", f"--openapi={openapi}"]
+    # It detaches (its first process exits at once), so that the master's children are its
+    # workers only; it exits by itself once the master is gone.
+    subprocess.run([*command, f"--parent={os.getpid()}", f"--pidfile={pidfile}"], check=False, timeout=30)
+    server.log.info("operational port (/metrics, /docs, /openapi.json) on %s", bind_to)
+
+
+def on_exit(server):
+    """Stop the operational port's process with the master."""
+    import signal
+
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        os.kill(int(Path(_operational["pidfile"]).read_text()), signal.SIGTERM)
+    for name in ("openapi", "pidfile"):
+        with contextlib.suppress(OSError, KeyError):
+            os.unlink(_operational[name])
 
 
 def child_exit(server, worker):

@@ -101,11 +101,17 @@ def create_app(
             finally:
                 in_flight.release()
 
+    # With an operational port (api.operational), /metrics, /docs and /openapi.json are
+    # served there, off the request path; the schema is still built from this app.
+    public_ops = not settings.api_ops_bind
     app = FastAPI(
         title="Model serving API",
         version="0.1.0",
         summary="Validates raw requests, extracts features, awaits the serving tier.",
         lifespan=lifespan,
+        docs_url="/docs" if public_ops else None,
+        redoc_url="/redoc" if public_ops else None,
+        openapi_url="/openapi.json" if public_ops else None,
     )
     app.state.settings = settings
     app.state.model_endpoints = endpoints
@@ -128,7 +134,8 @@ def create_app(
         access_log=observability.access_log,
     )
     app.include_router(health.router)
-    app.include_router(metrics.router)
+    if public_ops:
+        app.include_router(metrics.router)
     for endpoint in endpoints:
         app.include_router(endpoint.router())
     return app

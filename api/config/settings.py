@@ -264,6 +264,14 @@ class Settings(BaseSettings):
         "is trusted before it is read again, seconds.",
     )
 
+    # The operational port (api.operational; gunicorn.conf.py starts it).
+    api_ops_bind: str = Field(
+        default="",
+        description="host:port of the operational port, which serves /metrics, /docs and /openapi.json "
+        "in a process of its own (gunicorn.conf.py sets 0.0.0.0:9000 by default); while it is set the "
+        "public port does not serve them. Empty (one uvicorn process): the app serves them itself.",
+    )
+
     # Observability (api.request.middleware; api.observability: loop_monitor, logging_config).
     log_level: Annotated[
         Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], BeforeValidator(_upper)

@@ -69,11 +69,11 @@ class ConnectionLimits:
             gunicorn's `graceful_timeout`, so what arrives in the window has time to finish.
         admission_target_s: controlled-delay admission (`http_hardening.admission`): a
             request that waited at most this long since its bytes reached the host is fresh,
-            seconds. `API_ADMISSION_TARGET_MS` (default 10); 0 turns admission off.
+            seconds. `API_ADMISSION_TARGET_MS` (default 50); 0 turns admission off.
         admission_interval_s: a queue above the target this long is standing: from then on
             only fresh requests are admitted, the others answered 503 `overloaded` before
             any work; also the longest wait admitted in a burst, seconds.
-            `API_ADMISSION_INTERVAL_MS` (default 100).
+            `API_ADMISSION_INTERVAL_MS` (default 200).
     """
 
     max_request_line: int = 4094

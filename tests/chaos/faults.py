@@ -48,6 +48,7 @@ from tests.chaos.load import LoadResult, OpenLoopLoad
 from tests.support import (
     free_port,
     http_ok,
+    ops_url,
     run_server_env,
     start_gunicorn,
     start_run_server,
@@ -153,7 +154,7 @@ class Gunicorn:
         return http_ok(self.url + "/readyz") and len(children(self.proc.popen.pid)) == 2
 
     def metric(self, name: str, **labels: str) -> float:
-        text = httpx.get(self.url + "/metrics", timeout=5).text
+        text = httpx.get(ops_url(self.proc) + "/metrics", timeout=5).text
         pattern = re.escape(name) + r"\{([^}]*)\} ([0-9.e+]+)"
         total = 0.0
         for found_labels, value in re.findall(pattern, text):
