@@ -26,6 +26,7 @@ from fastapi import FastAPI
 from api.config.enabled_routes import configure_routes, load_routes
 from api.config.settings import Settings
 from api.inference.readiness import require_models
+from api.inference.response_bound import predict_response_bound
 from api.inference.served_model import ServedModel
 from api.model_routes import ModelRoute
 from api.observability.wiring import install_observability
@@ -42,10 +43,14 @@ from api.serving_client import Deadline, ServingClient, open_serving_client
 ClientOpener = Callable[[], AbstractAsyncContextManager[ServingClient]]
 
 
-def _open_from_settings(settings: Settings, models: Sequence[str]) -> AbstractAsyncContextManager[ServingClient]:
+def _open_from_settings(
+    settings: Settings, models: Sequence[str], max_response_bytes: int | None
+) -> AbstractAsyncContextManager[ServingClient]:
     """The serving client `SERVING_*` describe, sending each request's id (`X-Request-ID`);
-    a newly discovered replica gets calls once it has `models` AVAILABLE."""
-    return open_serving_client(settings.serving_client_config(models), metadata=outgoing_headers)
+    a newly discovered replica gets calls once it has `models` AVAILABLE; a Predict answer
+    over `max_response_bytes` (the routes' bound, `api.inference.response_bound`) is refused."""
+    config = settings.serving_client_config(models, max_response_bytes)
+    return open_serving_client(config, metadata=outgoing_headers)
 
 
 def create_app(
@@ -69,7 +74,9 @@ def create_app(
     declared = routes if routes is not None else load_routes(settings.model_routes)
     endpoints = [ModelEndpoint(configured) for configured in configure_routes(declared, settings)]
     models = [e.configured.signature.model_name for e in endpoints]
-    opener: ClientOpener = open_client or partial(_open_from_settings, settings, models)
+    rows = settings.coalescing_max_batch_rows if settings.coalescing_enabled else 1
+    bound = predict_response_bound((e.configured.signature for e in endpoints), rows)
+    opener: ClientOpener = open_client or partial(_open_from_settings, settings, models, bound)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
