@@ -113,7 +113,7 @@ def test_api_image_installs_only_the_api_extra_has_no_example_code_and_runs_as_n
     assert list(stages) == ["api", "examples"]
     lines = stages["api"]
     installs = [line for line in lines if line.startswith("RUN pip install")]
-    assert installs == ["RUN pip install '.[api]'"]
+    assert installs == ["RUN pip install '.[api,docs-ui]'"]  # docs-ui: Swagger UI's assets, no CDN
     copied = [line.split()[1] for line in lines if line.startswith("COPY ")]
     assert not any(path.startswith("examples") for path in copied), copied
     users = [line for line in lines if line.startswith("USER ")]
@@ -160,3 +160,22 @@ def test_both_images_copy_the_code_the_tiers_share() -> None:
         )
         for shared in (f"{tier} ./{tier}", "http_hardening ./http_hardening", "cpu_quota.py"):
             assert shared in copied, f"{dockerfile} does not copy {shared.split()[0]}"
+
+
+def test_both_tiers_are_hardened_as_in_kubernetes() -> None:
+    """Read-only root with a bounded /tmp, no capabilities, no privilege gain, CPU/memory/pid limits;
+    the API's operational port reachable on the backend network only (exposed, not published)."""
+    services = load()["services"]
+    for name in ("serving", "api"):
+        service = services[name]
+        assert service["read_only"] is True, name
+        assert service["cap_drop"] == ["ALL"], name
+        assert "no-new-privileges:true" in service["security_opt"], name
+        assert [t.split(":")[0] for t in service["tmpfs"]] == ["/tmp"], name
+        assert "size=" in service["tmpfs"][0], name
+        assert service["cpus"] > 0 and service["mem_limit"] and service["pids_limit"] > 0, name
+    assert services["serving"]["user"] != "0"
+    api = services["api"]
+    assert api["environment"]["API_OPS_BIND"] == "0.0.0.0:9000"
+    assert "9000" in api["expose"]
+    assert not any("9000" in str(p) for p in api["ports"])  # not published on the host
