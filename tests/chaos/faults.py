@@ -7,7 +7,8 @@ Three stacks, all on 127.0.0.1 with free ports:
   an open-files limit of 1024, soft and hard (a common container default). Faults, in order:
   `idle-flood` (2,500 connections that never send a byte), `slowloris` (2,000 connections
   sending their head a byte a second), `huge-headers` (4 clients sending 50 MB headers in
-  a loop), `hung-replica` (one replica SIGSTOPped for most of the run), `killed-replica`
+  a loop), `metrics-flood` (16 clients scraping the operational port's `/metrics` back to
+  back), `hung-replica` (one replica SIGSTOPped for most of the run), `killed-replica`
   (one SIGKILLed), `sigterm` (the gunicorn master, mid-load).
 - **events-disk-full**: the API with `EVENTS_JSONL_PATH` on a file system that fills during
   the run: a 1 MiB tmpfs when this process may mount one (root), else a 4 MiB file-size
@@ -40,6 +41,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -66,6 +68,7 @@ FAULTS = (
     "idle-flood",
     "slowloris",
     "huge-headers",
+    "metrics-flood",
     "hung-replica",
     "killed-replica",
     "sigterm",
@@ -163,6 +166,11 @@ class Gunicorn:
         return total
 
 
+def ops_port(api: Gunicorn) -> int:
+    """The operational port (`API_OPS_BIND`) of the API under gunicorn."""
+    return int(urlsplit(ops_url(api.proc)).port or 0)
+
+
 def under_load(
     name: str,
     url: str,
@@ -214,6 +222,8 @@ def replicas_faults(tmp: Path, names: list[str], rate: float, seconds: float) ->
             ("idle-flood", lambda notes: attack("idle", api.port, 2500, attack_s, notes)),
             ("slowloris", lambda notes: attack("slow", api.port, 2000, attack_s, notes)),
             ("huge-headers", lambda notes: attack("huge", api.port, 4, attack_s, notes, **{"header-mb": "50"})),
+            # Scrapes back to back on the operational port: scoring and probes unaffected.
+            ("metrics-flood", lambda notes: attack("scrape", ops_port(api), 16, attack_s, notes)),
             ("hung-replica", lambda notes: hang(fakes[1], attack_s - 1.0, notes)),
             ("killed-replica", lambda notes: kill(fakes[2], notes)),
         ]
