@@ -8,7 +8,8 @@ Three stacks, all on 127.0.0.1 with free ports:
   `idle-flood` (2,500 connections that never send a byte), `slowloris` (2,000 connections
   sending their head a byte a second), `huge-headers` (4 clients sending 50 MB headers in
   a loop), `metrics-flood` (16 clients scraping the operational port's `/metrics` back to
-  back), `hung-replica` (one replica SIGSTOPped for most of the run), `killed-replica`
+  back), `huge-response` (one replica answering 200 MB bodies: its share 502 at once,
+  worker RSS back within 20 MB), `hung-replica` (one replica SIGSTOPped for most of the run), `killed-replica`
   (one SIGKILLed), `sigterm` (the gunicorn master, mid-load).
 - **events-disk-full**: the API with `EVENTS_JSONL_PATH` on a file system that fills during
   the run: a 1 MiB tmpfs when this process may mount one (root), else a 4 MiB file-size
@@ -69,6 +70,7 @@ FAULTS = (
     "slowloris",
     "huge-headers",
     "metrics-flood",
+    "huge-response",
     "hung-replica",
     "killed-replica",
     "sigterm",
@@ -224,15 +226,31 @@ def replicas_faults(tmp: Path, names: list[str], rate: float, seconds: float) ->
             ("huge-headers", lambda notes: attack("huge", api.port, 4, attack_s, notes, **{"header-mb": "50"})),
             # Scrapes back to back on the operational port: scoring and probes unaffected.
             ("metrics-flood", lambda notes: attack("scrape", ops_port(api), 16, attack_s, notes)),
+            ("huge-response", lambda notes: huge_response(fakes[0], attack_s - 1.0, notes)),
             ("hung-replica", lambda notes: hang(fakes[1], attack_s - 1.0, notes)),
             ("killed-replica", lambda notes: kill(fakes[2], notes)),
         ]
         for name, make in plan:
             if name in names:
                 notes: list[str] = []
+                before = workers_rss_mb(master)
                 outcome = under_load(name, api.url, master, make(notes), rate=rate, seconds=seconds)
                 outcome.notes += notes
-                outcome.expect_defaults()
+                if name == "huge-response":
+                    # One replica of three faulty: its third of the answers is 502 at once,
+                    # and the workers hold none of its bodies afterwards.
+                    outcome.expect(outcome.load.lost == 0, "nothing lost")
+                    outcome.expect(outcome.restarted == 0, "no worker restarted")
+                    failed = outcome.load.failed()
+                    outcome.expect(set(failed) <= {"502"}, f"every failure a 502 (were {failed})")
+                    after = settled_rss_mb(master, before)
+                    outcome.notes.append(f"worker RSS MB before {before}, after {after}")
+                    outcome.expect(
+                        all(after.get(pid, 0) - mb <= RSS_SLACK_MB for pid, mb in before.items()),
+                        f"worker RSS back within {RSS_SLACK_MB} MB of its baseline",
+                    )
+                else:
+                    outcome.expect_defaults()
                 yield outcome
         if "sigterm" in names:
             # Every connection kept alive: a request sent on one just as the worker shuts down
@@ -258,6 +276,43 @@ def replicas_faults(tmp: Path, names: list[str], rate: float, seconds: float) ->
             with suppress(ProcessLookupError):
                 os.kill(fake.proc.popen.pid, signal.SIGCONT)
             fake.proc.stop()
+
+
+RSS_SLACK_MB = 20
+
+
+def workers_rss_mb(master: int) -> dict[int, int]:
+    """Each gunicorn worker's resident set (VmRSS), MB, by pid."""
+    found: dict[int, int] = {}
+    for pid in children(master):
+        with suppress(OSError):
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    found[pid] = int(line.split()[1]) // 1024
+    return found
+
+
+def settled_rss_mb(master: int, before: dict[int, int], within_s: float = 10.0) -> dict[int, int]:
+    """The workers' RSS once back within RSS_SLACK_MB of `before`, or as it is after `within_s`."""
+    deadline = time.monotonic() + within_s
+    while True:
+        now = workers_rss_mb(master)
+        settled = all(now.get(pid, 0) - mb <= RSS_SLACK_MB for pid, mb in before.items())
+        if settled or time.monotonic() >= deadline:
+            return now
+        time.sleep(0.5)
+
+
+def huge_response(fake: FakeServing, for_s: float, notes: list[str]) -> Callable[[], None]:
+    """A fault: `fake` answers every Predict with a 200 MB body for `for_s`, then heals."""
+
+    def run() -> None:
+        httpx.post(fake.url + "/_fake/huge", params={"bytes": str(200 << 20)}, timeout=5).raise_for_status()
+        time.sleep(for_s)
+        httpx.post(fake.url + "/_fake/huge", params={"bytes": "0"}, timeout=5).raise_for_status()
+        notes.append(f"one replica of three answered 200 MB bodies for {for_s:.1f} s")
+
+    return run
 
 
 def hang(fake: FakeServing, for_s: float, notes: list[str]) -> Callable[[], None]:
