@@ -8,7 +8,8 @@ Three stacks, all on 127.0.0.1 with free ports:
   `idle-flood` (2,500 connections that never send a byte), `slowloris` (2,000 connections
   sending their head a byte a second), `huge-headers` (4 clients sending 50 MB headers in
   a loop), `metrics-flood` (16 clients scraping the operational port's `/metrics` back to
-  back), `huge-response` (one replica answering 200 MB bodies: its share 502 at once,
+  back), `slow-reader` (20 connections pipelining score requests and never reading: cut off,
+  worker RSS back within 20 MB), `huge-response` (one replica answering 200 MB bodies: its share 502 at once,
   worker RSS back within 20 MB), `hung-replica` (one replica SIGSTOPped for most of the run), `killed-replica`
   (one SIGKILLed), `sigterm` (the gunicorn master, mid-load).
 - **events-disk-full**: the API with `EVENTS_JSONL_PATH` on a file system that fills during
@@ -70,6 +71,7 @@ FAULTS = (
     "slowloris",
     "huge-headers",
     "metrics-flood",
+    "slow-reader",
     "huge-response",
     "hung-replica",
     "killed-replica",
@@ -226,6 +228,7 @@ def replicas_faults(tmp: Path, names: list[str], rate: float, seconds: float) ->
             ("huge-headers", lambda notes: attack("huge", api.port, 4, attack_s, notes, **{"header-mb": "50"})),
             # Scrapes back to back on the operational port: scoring and probes unaffected.
             ("metrics-flood", lambda notes: attack("scrape", ops_port(api), 16, attack_s, notes)),
+            ("slow-reader", lambda notes: attack("unread", api.port, 20, attack_s, notes)),
             ("huge-response", lambda notes: huge_response(fakes[0], attack_s - 1.0, notes)),
             ("hung-replica", lambda notes: hang(fakes[1], attack_s - 1.0, notes)),
             ("killed-replica", lambda notes: kill(fakes[2], notes)),
@@ -251,6 +254,13 @@ def replicas_faults(tmp: Path, names: list[str], rate: float, seconds: float) ->
                     )
                 else:
                     outcome.expect_defaults()
+                if name == "slow-reader":
+                    after = settled_rss_mb(master, before)
+                    outcome.notes.append(f"worker RSS MB before {before}, after {after}")
+                    outcome.expect(
+                        all(after.get(pid, 0) - mb <= RSS_SLACK_MB for pid, mb in before.items()),
+                        f"worker RSS back within {RSS_SLACK_MB} MB of its baseline",
+                    )
                 yield outcome
         if "sigterm" in names:
             # Every connection kept alive: a request sent on one just as the worker shuts down
