@@ -11,7 +11,8 @@ Three stacks, all on 127.0.0.1 with free ports:
   back), `slow-reader` (20 connections pipelining score requests and never reading: cut off,
   worker RSS back within 20 MB), `huge-response` (one replica answering 200 MB bodies: its share 502 at once,
   worker RSS back within 20 MB), `hung-replica` (one replica SIGSTOPped for most of the run), `killed-replica`
-  (one SIGKILLed), `sigterm` (the gunicorn master, mid-load).
+  (one SIGKILLed), `killed-worker` (one gunicorn worker SIGKILLed: its in-flight requests
+  lost, the rest served, a worker respawned), `sigterm` (the gunicorn master, mid-load).
 - **events-disk-full**: the API with `EVENTS_JSONL_PATH` on a file system that fills during
   the run: a 1 MiB tmpfs when this process may mount one (root), else a 4 MiB file-size
   limit (RLIMIT_FSIZE) on the API's processes; either way the file is first filled to 48 KiB
@@ -75,6 +76,7 @@ FAULTS = (
     "huge-response",
     "hung-replica",
     "killed-replica",
+    "killed-worker",
     "sigterm",
     "events-disk-full",
     "one-container",
@@ -232,6 +234,7 @@ def replicas_faults(tmp: Path, names: list[str], rate: float, seconds: float) ->
             ("huge-response", lambda notes: huge_response(fakes[0], attack_s - 1.0, notes)),
             ("hung-replica", lambda notes: hang(fakes[1], attack_s - 1.0, notes)),
             ("killed-replica", lambda notes: kill(fakes[2], notes)),
+            ("killed-worker", lambda notes: kill_worker(master, notes)),
         ]
         for name, make in plan:
             if name in names:
@@ -239,7 +242,15 @@ def replicas_faults(tmp: Path, names: list[str], rate: float, seconds: float) ->
                 before = workers_rss_mb(master)
                 outcome = under_load(name, api.url, master, make(notes), rate=rate, seconds=seconds)
                 outcome.notes += notes
-                if name == "huge-response":
+                if name == "killed-worker":
+                    # What that worker had in flight is lost with it (a SIGKILL); the other
+                    # worker, the respawned one and the probes must not wait on it.
+                    outcome.expect(outcome.load.lost <= MAX_IN_FLIGHT_PER_WORKER, "lost at most its requests in flight")
+                    outcome.expect(outcome.restarted == 1, "one worker respawned")
+                    share = outcome.load.within_budget / max(1, outcome.load.sent)
+                    outcome.expect(share >= MIN_WITHIN_BUDGET, f">= 90% within budget (was {share:.0%})")
+                    outcome.expect(http_ok(api.url + "/readyz") and len(children(master)) == 2, "ready, 2 workers")
+                elif name == "huge-response":
                     # One replica of three faulty: its third of the answers is 502 at once,
                     # and the workers hold none of its bodies afterwards.
                     outcome.expect(outcome.load.lost == 0, "nothing lost")
@@ -321,6 +332,22 @@ def huge_response(fake: FakeServing, for_s: float, notes: list[str]) -> Callable
         time.sleep(for_s)
         httpx.post(fake.url + "/_fake/huge", params={"bytes": "0"}, timeout=5).raise_for_status()
         notes.append(f"one replica of three answered 200 MB bodies for {for_s:.1f} s")
+
+    return run
+
+
+MAX_IN_FLIGHT_PER_WORKER = 64  # MAX_IN_FLIGHT_REQUESTS' default
+
+
+def kill_worker(master: int, notes: list[str]) -> Callable[[], None]:
+    """A fault: SIGKILL one gunicorn worker mid-load. Not timed to the moment it holds the
+    in-flight board's record lock (tests/api/test_in_flight.py kills a holder on purpose);
+    here: the whole system around a worker that dies with its shared state half-used."""
+
+    def run() -> None:
+        victim = min(children(master))
+        os.kill(victim, signal.SIGKILL)
+        notes.append(f"worker {victim} SIGKILLed")
 
     return run
 
@@ -453,7 +480,7 @@ def run_faults(names: list[str], *, rate: float, seconds: float) -> list[Outcome
     outcomes: list[Outcome] = []
     with tempfile.TemporaryDirectory(prefix="chaos-") as tmp_dir:
         tmp = Path(tmp_dir)
-        if set(names) & set(FAULTS[:6]):
+        if set(names) & set(FAULTS[: FAULTS.index("sigterm") + 1]):  # the replicas stack
             outcomes += replicas_faults(tmp, names, rate, seconds)
         if "events-disk-full" in names:
             outcomes.append(events_disk_full(tmp, rate, seconds))
