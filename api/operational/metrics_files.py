@@ -27,22 +27,14 @@ from typing import Final
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, multiprocess
 from prometheus_client.mmap_dict import MmapedDict
 
+from api.request.admission.in_flight import process_alive
+
 __all__ = ["CACHE_S", "MetricsFiles", "merge_dead"]
 
 #: How long one read of the files answers scrapes, seconds (Prometheus scrapes every 15-60 s).
 CACHE_S: Final = 1.0
 _ARCHIVE: Final = "archive"
 _SUMMED_TYPES: Final = ("counter", "histogram", "summary")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def merge_dead(path: str) -> int:
@@ -55,7 +47,7 @@ def merge_dead(path: str) -> int:
     for file in glob.glob(os.path.join(path, "*.db")):
         parts = os.path.basename(file)[: -len(".db")].split("_")
         pid_text = parts[-1]
-        if not pid_text.isdigit() or _alive(int(pid_text)):
+        if not pid_text.isdigit() or process_alive(int(pid_text)):
             continue
         typ = parts[0]
         if typ in _SUMMED_TYPES:

@@ -36,6 +36,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from api.operational.metrics_files import MetricsFiles
+from api.request.admission.in_flight import process_alive
 
 __all__ = ["MAX_CONNECTIONS", "NICE", "create_operational_app", "swagger_ui_assets"]
 
@@ -112,21 +113,11 @@ def create_operational_app(metrics_dir: str | None, openapi: bytes | None, title
     return Starlette(routes=routes)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 async def _watch_parent(server: uvicorn.Server, parent: int) -> None:
     """Stop when the process that started this one is gone."""
     while not server.should_exit:
         await asyncio.sleep(PARENT_CHECK_S)
-        if not _alive(parent):
+        if not process_alive(parent):
             server.should_exit = True
 
 

@@ -157,13 +157,14 @@ class InFlightBoard:
     def _free_dead_slots(self) -> None:
         for i in range(SLOTS):
             pid = self._pids[i]
-            if pid and not _alive(pid):
+            if pid and not process_alive(pid):
                 self._counts[i] = 0
                 self._pids[i] = 0
                 self._generation[0] += 1
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether process `pid` exists (signal 0; one of another user's counts as alive)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
