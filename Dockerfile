@@ -19,8 +19,8 @@ COPY api ./api
 COPY http_hardening ./http_hardening
 COPY canonical_codes.py cpu_quota.py otel_tracing.py ./
 # api-tracing: OpenTelemetry, imported only when an OTEL_* variable turns tracing on, so that the
-# deployment's one setting (OTEL_EXPORTER_OTLP_ENDPOINT) needs no other image.
-RUN pip install '.[api,api-tracing,auth]'
+# deployment's one setting (OTEL_EXPORTER_OTLP_ENDPOINT) needs no other image. docs-ui: Swagger UI's assets, served locally (no CDN).
+RUN pip install '.[api,api-tracing,auth,docs-ui]'
 COPY gunicorn.conf.py ./
 
 RUN useradd --create-home --uid 10001 --shell /usr/sbin/nologin app

@@ -39,7 +39,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[api,auth,serving,examples,dev,bench,api-tracing,serving-tracing]'
+	$(PY) -m pip install --quiet -e '.[api,auth,docs-ui,serving,examples,dev,bench,api-tracing,serving-tracing]'
 	@touch $(STAMP)
 
 # Ctrl-C stops run-server.sh and make exits 0 (tools/foreground.py says why it is needed).

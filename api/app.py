@@ -26,6 +26,7 @@ from api.config.enabled_routes import configure_routes, load_routes
 from api.config.serving_config import served_models
 from api.config.settings import Settings
 from api.inference.readiness import ModelsNotServed, require_models
+from api.inference.response_bound import predict_response_bound
 from api.inference.served_model import ServedModel
 from api.model_routes import ModelRoute
 from api.observability.wiring import install_observability
@@ -49,15 +50,17 @@ ClientOpener = Callable[[], AbstractAsyncContextManager[ServingClient]]
 
 
 def _open_from_settings(
-    settings: Settings, models: Sequence[str], tracing: Tracing | None = None
+    settings: Settings, models: Sequence[str], max_response_bytes: int | None, tracing: Tracing | None = None
 ) -> AbstractAsyncContextManager[ServingClient]:
     """The serving client `SERVING_*` describe, sending each request's id (`X-Request-ID`) and,
     when tracing, its trace context and spans; a newly discovered replica gets calls once it has
-    `models` AVAILABLE."""
+    `models` AVAILABLE; a Predict answer over `max_response_bytes` (the routes' bound,
+    `api.inference.response_bound`) is refused."""
+    config = settings.serving_client_config(models, max_response_bytes)
     if tracing is None:
-        return open_serving_client(settings.serving_client_config(models), metadata=outgoing_headers)
+        return open_serving_client(config, metadata=outgoing_headers)
     metadata = tracing.with_trace_context(outgoing_headers)
-    return open_serving_client(settings.serving_client_config(models), metadata=metadata, tracer=tracing.client)
+    return open_serving_client(config, metadata=metadata, tracer=tracing.client)
 
 
 def create_app(
@@ -82,8 +85,11 @@ def create_app(
     declared = routes if routes is not None else load_routes(settings.model_routes)
     endpoints = [ModelEndpoint(configured) for configured in configure_routes(declared, settings)]
     models = [e.configured.signature.model_name for e in endpoints]
-    opener: ClientOpener = open_client or (lambda: _open_from_settings(settings, models, observability.tracing))
     oip = OipFront(settings, route_models=models)  # the Open Inference Protocol front (OIP__MODELS)
+    rows = settings.coalescing_max_batch_rows if settings.coalescing_enabled else 1
+    # OIP calls any tensor of any served model: their answers are bounded by the setting alone.
+    bound = None if oip.enabled else predict_response_bound((e.configured.signature for e in endpoints), rows)
+    opener: ClientOpener = open_client or (lambda: _open_from_settings(settings, models, bound, observability.tracing))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -138,11 +144,17 @@ def create_app(
             finally:
                 in_flight.release()
 
+    # With an operational port (api.operational), /metrics, /docs and /openapi.json are
+    # served there, off the request path; the schema is still built from this app.
+    public_ops = not settings.api_ops_bind
     app = FastAPI(
         title="Model serving API",
         version="0.1.0",
         summary="Validates raw requests, extracts features, awaits the serving tier.",
         lifespan=lifespan,
+        docs_url="/docs" if public_ops else None,
+        redoc_url="/redoc" if public_ops else None,
+        openapi_url="/openapi.json" if public_ops else None,
     )
     app.state.settings = settings
     app.state.model_endpoints = endpoints
@@ -175,7 +187,8 @@ def create_app(
         front_door=FrontDoor.from_settings(settings.auth, settings.rate_limits),
     )
     app.include_router(health.router)
-    app.include_router(metrics.router)
+    if public_ops:
+        app.include_router(metrics.router)
     for endpoint in endpoints:
         app.include_router(endpoint.router())
     if oip.enabled:

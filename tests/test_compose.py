@@ -143,8 +143,9 @@ def test_api_image_installs_only_the_api_extras_has_no_example_code_and_runs_as_
     assert list(stages) == ["api", "examples"]
     lines = stages["api"]
     installs = [line for line in lines if line.startswith("RUN pip install")]
-    # The api extra, tracing's (loaded only when an OTEL_* variable turns it on) and auth (JWT: PyJWT).
-    assert installs == ["RUN pip install '.[api,api-tracing,auth]'"]
+    # The api extra, tracing's (loaded only when an OTEL_* variable turns it on), auth (JWT: PyJWT)
+    # and docs-ui (Swagger UI's assets, no CDN).
+    assert installs == ["RUN pip install '.[api,api-tracing,auth,docs-ui]'"]
     copied = [line.split()[1] for line in lines if line.startswith("COPY ")]
     assert not any(path.startswith("examples") for path in copied), copied
     users = [line for line in lines if line.startswith("USER ")]
@@ -210,3 +211,22 @@ def test_api_requires_a_key_from_the_mounted_key_folder(tmp_path: Path) -> None:
     assert door.api_keys is not None and not door.api_keys.keys
     assert door.check("/readyz", [], None) is None and "/readyz" in api["healthcheck"]["test"][1]
     assert isinstance(door.check("/v1/fraud/score", [], None), Refusal)
+
+
+def test_both_tiers_are_hardened_as_in_kubernetes() -> None:
+    """Read-only root with a bounded /tmp, no capabilities, no privilege gain, CPU/memory/pid limits;
+    the API's operational port reachable on the backend network only (exposed, not published)."""
+    services = load()["services"]
+    for name in ("serving", "api"):
+        service = services[name]
+        assert service["read_only"] is True, name
+        assert service["cap_drop"] == ["ALL"], name
+        assert "no-new-privileges:true" in service["security_opt"], name
+        assert [t.split(":")[0] for t in service["tmpfs"]] == ["/tmp"], name
+        assert "size=" in service["tmpfs"][0], name
+        assert service["cpus"] > 0 and service["mem_limit"] and service["pids_limit"] > 0, name
+    assert services["serving"]["user"] != "0"
+    api = services["api"]
+    assert api["environment"]["API_OPS_BIND"] == "0.0.0.0:9000"
+    assert "9000" in api["expose"]
+    assert not any("9000" in str(p) for p in api["ports"])  # not published on the host

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 import kubernetes_validate
 import pytest
 import yaml
+from fastapi.testclient import TestClient
 
 from api.app import create_app
 from api.config.security import AuthSettings, RateLimitSettings
@@ -99,17 +100,101 @@ def test_services_target_named_container_ports(objects: list[dict[str, Any]]) ->
     assert ports["api"]["http"] == 8000
 
 
-def test_only_api_pods_reach_servings_ports(objects: list[dict[str, Any]]) -> None:
-    (policy,) = of_kind(objects, "NetworkPolicy").values()
+def test_network_policies_deny_by_default_and_open_only_what_each_tier_needs(objects: list[dict[str, Any]]) -> None:
+    policies = of_kind(objects, "NetworkPolicy")
+    assert set(policies) == {"default-deny", "api", "serving-from-api-only"}
+    deny = policies["default-deny"]["spec"]
+    assert deny == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}  # every pod, no rule
     pods = {n: d["spec"]["template"]["metadata"]["labels"] for n, d in of_kind(objects, "Deployment").items()}
-    assert matches(policy["spec"]["podSelector"]["matchLabels"], pods["serving"])
-    assert not matches(policy["spec"]["podSelector"]["matchLabels"], pods["api"])
-    assert policy["spec"]["policyTypes"] == ["Ingress"]
-    (rule,) = policy["spec"]["ingress"]
-    (source,) = rule["from"]
+    serving = policies["serving-from-api-only"]["spec"]
+    assert matches(serving["podSelector"]["matchLabels"], pods["serving"])
+    assert not matches(serving["podSelector"]["matchLabels"], pods["api"])
+    from_api, from_monitoring = serving["ingress"]
+    (source,) = from_api["from"]
     assert set(source) == {"podSelector"}  # pods of this namespace, no ipBlock or namespaceSelector
     assert matches(source["podSelector"]["matchLabels"], pods["api"])
-    assert {p["port"] for p in rule["ports"]} == {8500, 8501}
+    assert {p["port"] for p in from_api["ports"]} == {8500, 8501}
+    assert {p["port"] for p in from_monitoring["ports"]} == {8501}
+    api = policies["api"]["spec"]
+    assert matches(api["podSelector"]["matchLabels"], pods["api"])
+    public, ops = api["ingress"]
+    assert "from" not in public and {p["port"] for p in public["ports"]} == {8000}
+    assert {p["port"] for p in ops["ports"]} == {9000}
+    assert ops["from"][0]["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": "monitoring"}
+    to_serving, to_dns = api["egress"]
+    assert matches(to_serving["to"][0]["podSelector"]["matchLabels"], pods["serving"])
+    assert {p["port"] for p in to_dns["ports"]} == {53}
+
+
+def test_the_operational_port_is_scraped_and_not_the_public_one(objects: list[dict[str, Any]]) -> None:
+    api = of_kind(objects, "Deployment")["api"]["spec"]["template"]
+    (container,) = api["spec"]["containers"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert env["API_OPS_BIND"] == f"0.0.0.0:{ports['ops']}"
+    annotations = api["metadata"]["annotations"]
+    assert annotations["prometheus.io/port"] == str(ports["ops"])
+    assert annotations["prometheus.io/path"] == "/metrics"
+    # The public port has no /metrics while the operational port is set.
+    settings = Settings(api_ops_bind=env["API_OPS_BIND"], model_routes=env["MODEL_ROUTES"].split(","))
+    client = TestClient(create_app(settings))  # no lifespan: serving is not needed for these
+    answers = {path: client.get(path).status_code for path in ("/metrics", "/docs", "/openapi.json", "/healthz")}
+    assert answers == {"/metrics": 404, "/docs": 404, "/openapi.json": 404, "/healthz": 200}
+
+
+@pytest.fixture(scope="module")
+def keda_objects() -> list[dict[str, Any]]:
+    rendered = subprocess.run(
+        ["kubectl", "kustomize", str(REPO / "deploy" / "k8s-keda")],
+        capture_output=True, text=True, check=True, timeout=60,
+    ).stdout  # fmt: skip
+    return [doc for doc in yaml.safe_load_all(rendered) if doc]
+
+
+def test_the_keda_overlay_replaces_the_cpu_autoscalers_with_scaled_objects(keda_objects: list[dict[str, Any]]) -> None:
+    kinds = [o["kind"] for o in keda_objects]
+    assert "HorizontalPodAutoscaler" not in kinds  # KEDA makes its own from each ScaledObject
+    # Every object Kubernetes has a schema for validates strictly; ScaledObject is KEDA's CRD,
+    # which kubernetes-validate does not ship: its fields are checked below.
+    for obj in keda_objects:
+        if obj["apiVersion"] != "keda.sh/v1alpha1":
+            kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+    scaled = {o["metadata"]["name"]: o for o in keda_objects if o["kind"] == "ScaledObject"}
+    deployments = {o["metadata"]["name"] for o in keda_objects if o["kind"] == "Deployment"}
+    assert set(scaled) == deployments == {"api", "serving"}
+    known = {"scaleTargetRef", "minReplicaCount", "maxReplicaCount", "pollingInterval", "cooldownPeriod",
+             "advanced", "triggers"}  # fmt: skip
+    exported = metric_names()
+    for name, obj in scaled.items():
+        assert obj["metadata"]["namespace"] == "tfserve-split"
+        spec = obj["spec"]
+        assert set(spec) <= known, set(spec) - known
+        assert spec["scaleTargetRef"] == {"name": name}  # apps/v1 Deployment, KEDA's default
+        assert 2 <= spec["minReplicaCount"] < spec["maxReplicaCount"]  # a PDB of 1 keeps one serving
+        for trigger in spec["triggers"]:
+            assert trigger["type"] in {"prometheus", "cpu"}
+            if trigger["type"] == "prometheus":
+                meta = trigger["metadata"]
+                assert set(meta) == {"serverAddress", "query", "threshold"}
+                assert urlsplit(meta["serverAddress"]).scheme == "http"
+                assert float(meta["threshold"]) > 0
+                used = set(re.findall(r"\b(api_[a-z_]+?)(?:_sum|_bucket|_count)?\{", meta["query"]))
+                assert used and used <= exported, (used, exported)
+                assert 'namespace="tfserve-split"' in meta["query"]
+    api_metrics = {re.sub(r"_sum$", "", m) for t in scaled["api"]["spec"]["triggers"] if t["type"] == "prometheus"
+                   for m in re.findall(r"(api_[a-z_]+)\{", t["metadata"]["query"])}  # fmt: skip
+    assert {"api_requests_in_flight", "api_queue_delay_seconds"} <= api_metrics
+
+
+def metric_names() -> set[str]:
+    """The API's metric names as exported (prometheus-client's text names)."""
+    from api.observability.metrics import ApiMetrics, ConnectionMetrics
+
+    names = set()
+    for registry in (ApiMetrics().registry, ConnectionMetrics().registry):
+        for family in registry.collect():
+            names.add(family.name)
+    return names
 
 
 def test_api_reaches_serving_through_the_headless_service(objects: list[dict[str, Any]]) -> None:

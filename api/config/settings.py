@@ -167,6 +167,14 @@ class Settings(BaseSettings):
         "resolved again this often, seconds, so replicas added or removed (docker compose "
         "--scale, a Kubernetes headless Service) are followed; 0 resolves once at start.",
     )
+    serving_max_response_bytes: int = Field(
+        default=4 * 1024 * 1024,
+        ge=1024,
+        description="Largest Predict answer taken from serving, bytes (REST body, gRPC message); "
+        "lowered to what the enabled routes' declared outputs can take for a full coalesced batch "
+        "(api.inference.response_bound). Over it: 502 serving_bad_response at once, the connection "
+        "dropped, so a faulty replica cannot make a worker hold a huge body.",
+    )
     deadline_shedding: bool = Field(
         default=True,
         description="Refuse at once (504 deadline_exceeded, serving not called) a request whose "
@@ -244,12 +252,17 @@ class Settings(BaseSettings):
         worker may hold in flight (twice its share, `api.request.admission.in_flight`)."""
         return self.serving_max_connections or 2 * self.max_in_flight_requests
 
-    def serving_client_config(self, probe_model_names: Sequence[str] = ()) -> ClientConfig:
+    def serving_client_config(
+        self, probe_model_names: Sequence[str] = (), max_response_bytes: int | None = None
+    ) -> ClientConfig:
         """The serving client's configuration (`api.serving_client.open_serving_client`).
 
         Args:
             probe_model_names: the models a newly discovered replica must have AVAILABLE
                 before it gets calls: the enabled routes' (`api.app` passes them).
+            max_response_bytes: the Predict answer's bound the routes' outputs allow
+                (`api.inference.response_bound`), capped by SERVING_MAX_RESPONSE_BYTES;
+                None: that setting.
         """
         coalescing = (
             CoalescingConfig(
@@ -275,6 +288,8 @@ class Settings(BaseSettings):
             probe_model_names=tuple(probe_model_names),
             coalescing=coalescing,
             rest_socket_path=self.serving_socket_path or None,
+            max_response_bytes=min(max_response_bytes or self.serving_max_response_bytes,
+                                   self.serving_max_response_bytes),  # fmt: skip
         )
 
     model_version_ttl_s: float = Field(
@@ -282,6 +297,14 @@ class Settings(BaseSettings):
         ge=0.0,
         description="How long the latest AVAILABLE model version, read from model status, "
         "is trusted before it is read again, seconds.",
+    )
+
+    # The operational port (api.operational; gunicorn.conf.py starts it).
+    api_ops_bind: str = Field(
+        default="",
+        description="host:port of the operational port, which serves /metrics, /docs and /openapi.json "
+        "in a process of its own (gunicorn.conf.py sets 0.0.0.0:9000 by default); while it is set the "
+        "public port does not serve them. Empty (one uvicorn process): the app serves them itself.",
     )
 
     # Observability (api.request.middleware; api.observability: loop_monitor, logging_config).

@@ -6,7 +6,10 @@ memory stream per request), installed once, outermost among the app's own middle
 
 1. takes the caller's `X-Request-ID` when it is 1-128 characters of `[A-Za-z0-9._:-]`,
    else makes one, and makes a fresh `api.request.context.RequestContext` current, with
-   the request's one `Deadline`, so the route can record stages and read the deadline and
+   the request's one `Deadline`, from the request's arrival at the host when the HTTP server
+   says (`http_hardening.admission`: its wait in the accept queue counts against its
+   budget; one that waited its whole budget is answered 503 `overloaded` before any work),
+   so the route can record stages and read the deadline and
    the serving client can forward the id; tells the loop monitor which route this task
    serves (blocks name it);
 2. asks the front door (`api.security.front_door`, when authentication or rate limits are on)
@@ -55,6 +58,7 @@ from api.request.context import REQUEST_ID_HEADER, RequestContext, bind, new_req
 from api.request.errors import RETRY_AFTER_S, error_response, response_for
 from api.security.front_door import FrontDoor, Refusal
 from api.serving_client import Deadline, ServingError
+from http_hardening.admission import arrival_of
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
@@ -166,7 +170,9 @@ class RequestMiddleware:
             await self.app(scope, receive, send)
             return
         limits = self.limits
-        started = time.monotonic()
+        # The request's clock starts when its bytes reached the host, as the HTTP server read
+        # it from the kernel (the accept queue counts against the budget), else now.
+        started = arrival_of(scope, time.monotonic())
         ctx = RequestContext(request_id_from(scope), started, Deadline(started + limits.request_timeout_s))
         token = bind(ctx)
         task = asyncio.current_task()
@@ -302,6 +308,11 @@ class RequestMiddleware:
             return error_response(422, "validation_error", exc.detail)
         if budget != limits.request_timeout_s:
             ctx.deadline = Deadline(ctx.started + budget)
+        if counted and ctx.deadline.remaining() <= 0:
+            # Stale: it waited its whole budget before it was read. Dropped before any work.
+            waited_ms = (time.monotonic() - ctx.started) * 1000
+            detail = f"the request waited {waited_ms:.0f} ms before it was read, past its {budget * 1000:g} ms budget"
+            return error_response(503, "overloaded", detail, {"Retry-After": str(RETRY_AFTER_S)})
         if declared is not None and declared > limit:
             return error_response(413, "payload_too_large", limits.too_large(scope["path"]))
         return None
