@@ -1,6 +1,6 @@
 # Two targets:
-#   api       the API tier's image (tfserve-split/api): the `api` extra only (no TensorFlow, no
-#             example code), run as a non-root user. It serves the routes MODEL_ROUTES names:
+#   api       the API tier's image (tfserve-split/api): the `api` and `auth` extras only (no TensorFlow,
+#             no example code), run as a non-root user. It serves the routes MODEL_ROUTES names:
 #             build FROM it with your own package, as the `examples` target does.
 #   examples  the API image plus the example routes (tfserve-split/api-examples), what
 #             docker-compose.yml and deploy/k8s run by default.
@@ -19,8 +19,8 @@ COPY api ./api
 COPY http_hardening ./http_hardening
 COPY canonical_codes.py cpu_quota.py otel_tracing.py ./
 # api-tracing: OpenTelemetry, imported only when an OTEL_* variable turns tracing on, so that the
-# deployment's one setting (OTEL_EXPORTER_OTLP_ENDPOINT) needs no other image.
-RUN pip install '.[api,api-tracing]'
+# deployment's one setting (OTEL_EXPORTER_OTLP_ENDPOINT) needs no other image. docs-ui: Swagger UI's assets, served locally (no CDN).
+RUN pip install '.[api,api-tracing,auth,docs-ui]'
 COPY gunicorn.conf.py ./
 
 RUN useradd --create-home --uid 10001 --shell /usr/sbin/nologin app

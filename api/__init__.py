@@ -26,6 +26,8 @@ layer: folder / module             what it holds
 5 ``request/``                      one request: ``middleware``, ``context``, ``errors`` (the
                                    error shape and table), ``admission/`` (``rules``: in
                                    flight, time budget, body size; ``in_flight``; ``shedding``)
+5b ``security/``                    the front door: ``front_door`` (one check of path, headers
+                                   and client), ``api_keys``, ``jwt_tokens``, ``rate_limit``
 6 ``observability/``                ``metrics``, ``logging_config``, ``loop_monitor``,
                                    ``events`` (score events), ``wiring`` (made per app)
 7 ``config/``                       ``settings`` (the environment), ``enabled_routes``
@@ -38,7 +40,7 @@ layer: folder / module             what it holds
 =================================  ===========================================================
 
 Where what comes next goes: a rollout (one route, several served models) between ``routes``
-and ``inference``; authentication and rate limits in ``request/`` (rate limits and overload
-admission beside ``admission/rules``); tracing in ``observability/``; another front (the Open
-Inference Protocol) in ``routes/``, calling ``inference``.
+and ``inference``; overload admission beside ``request/admission/rules``; tracing in
+``observability/``; another front (the Open Inference Protocol) in ``routes/``, calling
+``inference`` (and, for gRPC, ``security.front_door`` from its interceptor).
 """

@@ -23,12 +23,15 @@ import anyio
 from fastapi import FastAPI
 
 from api.config.enabled_routes import configure_routes, load_routes
+from api.config.serving_config import served_models
 from api.config.settings import Settings
-from api.inference.readiness import require_models
+from api.inference.readiness import ModelsNotServed, require_models
+from api.inference.response_bound import predict_response_bound
 from api.inference.served_model import ServedModel
 from api.model_routes import ModelRoute
 from api.observability.wiring import install_observability
 from api.oip.front import OipFront
+from api.ops import start_failure
 from api.ops.cpu_budget import available_cpus
 from api.request.admission.in_flight import InFlightBoard
 from api.request.admission.rules import EXEMPT_PATHS, Limits
@@ -37,6 +40,7 @@ from api.request.errors import install_error_handlers
 from api.request.middleware import RequestMiddleware
 from api.routes import health, metrics
 from api.routes.model_endpoint import ModelEndpoint
+from api.security.front_door import FrontDoor
 from api.serving_client import Deadline, ServingClient, open_serving_client
 
 if TYPE_CHECKING:
@@ -46,15 +50,17 @@ ClientOpener = Callable[[], AbstractAsyncContextManager[ServingClient]]
 
 
 def _open_from_settings(
-    settings: Settings, models: Sequence[str], tracing: Tracing | None = None
+    settings: Settings, models: Sequence[str], max_response_bytes: int | None, tracing: Tracing | None = None
 ) -> AbstractAsyncContextManager[ServingClient]:
     """The serving client `SERVING_*` describe, sending each request's id (`X-Request-ID`) and,
     when tracing, its trace context and spans; a newly discovered replica gets calls once it has
-    `models` AVAILABLE."""
+    `models` AVAILABLE; a Predict answer over `max_response_bytes` (the routes' bound,
+    `api.inference.response_bound`) is refused."""
+    config = settings.serving_client_config(models, max_response_bytes)
     if tracing is None:
-        return open_serving_client(settings.serving_client_config(models), metadata=outgoing_headers)
+        return open_serving_client(config, metadata=outgoing_headers)
     metadata = tracing.with_trace_context(outgoing_headers)
-    return open_serving_client(settings.serving_client_config(models), metadata=metadata, tracer=tracing.client)
+    return open_serving_client(config, metadata=metadata, tracer=tracing.client)
 
 
 def create_app(
@@ -73,23 +79,32 @@ def create_app(
 
     Raises:
         api.config.enabled_routes.RouteConfigError: a route cannot be loaded or its settings are wrong.
+        api.security.front_door.SecurityConfigError: authentication's key file or JWT key cannot be loaded.
     """
     settings = settings if settings is not None else Settings()
     declared = routes if routes is not None else load_routes(settings.model_routes)
     endpoints = [ModelEndpoint(configured) for configured in configure_routes(declared, settings)]
     models = [e.configured.signature.model_name for e in endpoints]
-    opener: ClientOpener = open_client or (lambda: _open_from_settings(settings, models, observability.tracing))
     oip = OipFront(settings, route_models=models)  # the Open Inference Protocol front (OIP__MODELS)
+    rows = settings.coalescing_max_batch_rows if settings.coalescing_enabled else 1
+    # OIP calls any tensor of any served model: their answers are bounded by the setting alone.
+    bound = None if oip.enabled else predict_response_bound((e.configured.signature for e in endpoints), rows)
+    opener: ClientOpener = open_client or (lambda: _open_from_settings(settings, models, bound, observability.tracing))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with opener() as client:
             app.state.serving_client = client
-            await require_models(
-                client,
-                {e.configured.route.name: e.configured.signature for e in endpoints},
-                Deadline.after(settings.serving_timeout_s),
-            )
+            try:
+                await require_models(
+                    client,
+                    {e.configured.route.name: e.configured.signature for e in endpoints},
+                    Deadline.after(settings.serving_timeout_s),
+                    served_models(settings.serving_model_config_file),
+                )
+            except ModelsNotServed as exc:
+                start_failure.record(str(exc))  # the last line printed (api.ops.start_failure)
+                raise
             # CPU-bound preprocessing (image decoding) runs in threads, at most one per
             # usable CPU at a time.
             cpu_limiter = anyio.CapacityLimiter(available_cpus())
@@ -130,11 +145,17 @@ def create_app(
             finally:
                 in_flight.release()
 
+    # With an operational port (api.operational), /metrics, /docs and /openapi.json are
+    # served there, off the request path; the schema is still built from this app.
+    public_ops = not settings.api_ops_bind
     app = FastAPI(
         title="Model serving API",
         version="0.1.0",
         summary="Validates raw requests, extracts features, awaits the serving tier.",
         lifespan=lifespan,
+        docs_url="/docs" if public_ops else None,
+        redoc_url="/redoc" if public_ops else None,
+        openapi_url="/openapi.json" if public_ops else None,
     )
     app.state.settings = settings
     app.state.model_endpoints = endpoints
@@ -153,15 +174,22 @@ def create_app(
             path_body_limits={e.configured.route.path: e.configured.max_body_bytes for e in endpoints},
             prefix_body_limits=((oip.prefix + "/", oip.max_body_bytes),) if oip.enabled else (),
             exempt_paths=EXEMPT_PATHS | oip.probe_paths if oip.enabled else EXEMPT_PATHS,
+            path_limit_settings={
+                e.configured.route.path: Settings.model_setting_variable(e.configured.route.name, "max_body_bytes")
+                for e in endpoints
+            },
         ),
         metrics=observability.metrics,
         loop_monitor=observability.loop_monitor,
         access_log=observability.access_log,
         tracing=observability.tracing,
         error_field_prefixes=(oip.prefix,) if oip.enabled else (),
+        # Made here too (in the master under preload): the rate-limit buckets are shared memory.
+        front_door=FrontDoor.from_settings(settings.auth, settings.rate_limits),
     )
     app.include_router(health.router)
-    app.include_router(metrics.router)
+    if public_ops:
+        app.include_router(metrics.router)
     for endpoint in endpoints:
         app.include_router(endpoint.router())
     if oip.enabled:

@@ -13,7 +13,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["LINGER_MAX_BYTES", "LINGER_S", "ErrorAnswer", "HttpLimits", "Refusal"]
+from http_hardening.admission import AdmissionLimits
+
+__all__ = [
+    "LINGER_DECLARED_MAX_BYTES",
+    "LINGER_MAX_BYTES",
+    "LINGER_S",
+    "MAX_PENDING_WRITE_BYTES",
+    "MAX_PIPELINED_REQUESTS",
+    "WRITE_STALL_S",
+    "ErrorAnswer",
+    "HttpLimits",
+    "Refusal",
+]
 
 #: After an answer sent before the request's body was read, how long the rest is read and
 #: discarded, seconds, unless the client closes first. A client that sends its whole body
@@ -26,6 +38,24 @@ LINGER_S: Final = 5.0
 #: ... and how many bytes at most are discarded meanwhile, so reading them costs a bounded
 #: amount of CPU however fast the client sends.
 LINGER_MAX_BYTES: Final = 64 * 1024 * 1024
+#: ... unless the request announced a larger body (`Content-Length`): a client that sends its
+#: whole body before it reads its answer (urllib, http.client) gets the answer only if the
+#: body is read, so up to this much of what it announced is discarded (still within
+#: `LINGER_S`). Discarding costs a read per 64-256 KiB: about 40 ms of CPU for 200 MB on
+#: loopback. Past it, the connection closes and such a client sees a reset.
+LINGER_DECLARED_MAX_BYTES: Final = 256 * 1024 * 1024
+#: Bytes of answers a connection may have waiting to be written (the transport's buffer,
+#: above what the kernel's socket buffer took) before it is closed: a client that sends
+#: requests and never reads its answers otherwise grows the server's memory for good. Four
+#: times the largest answer either tier sends in normal use (an upload route's, 256 KiB).
+MAX_PENDING_WRITE_BYTES: Final = 1024 * 1024
+#: How long a connection's writes may stay paused (the client reads nothing while its
+#: answers wait) before it is closed, seconds: a stalled reader holds its request's task and
+#: in-flight slot no longer than a kept-alive idle connection is kept (uvicorn's 5 s).
+WRITE_STALL_S: Final = 5.0
+#: Requests a connection may have parsed and waiting behind the one being answered
+#: (HTTP/1.1 pipelining); one more closes the connection. Clients that pipeline send a few.
+MAX_PIPELINED_REQUESTS: Final = 16
 
 
 class Refusal(enum.Enum):
@@ -47,6 +77,12 @@ class Refusal(enum.Enum):
     SHUTDOWN = "shutdown"
     """The body still arriving `HttpLimits.shutdown_body_timeout_s` after the server's
     graceful shutdown began: 503 (the app sees the client disconnect)."""
+    MISSING_HOST = "missing_host"
+    """An HTTP/1.1 request without a `Host` field, or with more than one: 400 (RFC 9112,
+    section 3.2: "A server MUST respond with a 400 (Bad Request)")."""
+    OVERLOADED = "overloaded"
+    """The request waited longer than admission allows (`HttpLimits.admission`,
+    `http_hardening.admission`): 503, before the app sees it."""
 
     @property
     def status(self) -> int:
@@ -61,6 +97,8 @@ _STATUS: Final = {
     Refusal.HEAD_TOO_LARGE: 431,
     Refusal.HEAD_TIMEOUT: 408,
     Refusal.SHUTDOWN: 503,
+    Refusal.MISSING_HOST: 400,
+    Refusal.OVERLOADED: 503,
 }
 
 
@@ -108,6 +146,23 @@ class HttpLimits:
             its body has left to receive it, seconds; then it is answered 503
             (`Refusal.SHUTDOWN`) and closed, so a client trickling a body cannot hold the
             shutdown. None: such a request is waited for.
+        linger_declared_max_bytes: after an early answer, how much of a body the request
+            announced is discarded at most, bytes (`LINGER_DECLARED_MAX_BYTES`).
+        max_pending_write_bytes: answers waiting to be written at most, bytes; more closes
+            the connection (`MAX_PENDING_WRITE_BYTES`). While they are over the transport's
+            high-water mark, no further pipelined request is started: the connection reads
+            no more requests until its writes drain. None: no bound.
+        write_stall_s: longest a connection's writes stay paused before it is closed,
+            seconds (`WRITE_STALL_S`). None: no bound.
+        max_pipelined: requests parsed and waiting behind the one answered at most
+            (`MAX_PIPELINED_REQUESTS`); one more closes the connection.
+        require_host: an HTTP/1.1 request must carry exactly one `Host` field, else 400
+            (`Refusal.MISSING_HOST`, RFC 9112 section 3.2).
+        admission: controlled-delay admission of each request by the time it waited since
+            its bytes reached the host (`http_hardening.admission`); a request refused is
+            answered 503 (`Refusal.OVERLOADED`) before the app sees it. Every request's
+            arrival is passed to the app either way (`ARRIVAL_EXTENSION`). None: no
+            admission here.
     """
 
     max_header_bytes: int
@@ -119,3 +174,9 @@ class HttpLimits:
     linger_max_bytes: int = LINGER_MAX_BYTES
     shutdown_drain_s: float = 0.0
     shutdown_body_timeout_s: float | None = None
+    linger_declared_max_bytes: int = LINGER_DECLARED_MAX_BYTES
+    max_pending_write_bytes: int | None = MAX_PENDING_WRITE_BYTES
+    write_stall_s: float | None = WRITE_STALL_S
+    max_pipelined: int = MAX_PIPELINED_REQUESTS
+    require_host: bool = True
+    admission: AdmissionLimits | None = None

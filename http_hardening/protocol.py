@@ -39,6 +39,21 @@ plus, per connection (`HttpLimits` has the numbers):
   began is answered 503 and closed (its app sees the client disconnect), so a client
   trickling a body cannot hold the shutdown; requests that have their body finish.
 
+- **Host** (`require_host`): an HTTP/1.1 request without exactly one `Host` field is
+  answered 400 (RFC 9112, section 3.2).
+- **Admission from the accept queue on** (`admission`, `http_hardening.admission`): each
+  request's arrival is read from the kernel when its head begins (`TCP_INFO`: when its bytes
+  reached the host, so its time in the accept queue counts) and passed to the app in the
+  scope (`ARRIVAL_EXTENSION`, its deadline runs from there); once its head is complete, a
+  request that waited longer than controlled-delay admission allows is answered 503 at once,
+  before the app sees it (the paths in `exempt_paths`, the probes, never are).
+- **Unread answers** (Envoy's per-connection buffer limit): while a connection's answers wait
+  to be written above the transport's high-water mark (its client reads nothing), no further
+  pipelined request is started nor read; past `max_pending_write_bytes` waiting, or writes
+  paused for `write_stall_s`, or more than `max_pipelined` requests queued, the connection is
+  closed without an answer, dropping what it held. Logged once per reason at INFO
+  (`connection_dropped` counts each).
+
 A refusal is answered in the tier's error shape (`error_answer`, which each tier's subclass
 writes and where it counts the refusal) with `Connection: close`. A subclass may also track
 its connections (`admit_connection`, `connection_idle`, `connection_busy`,
@@ -55,12 +70,16 @@ tests (`pytest -m http_hardening`) against uvicorn's newest release to catch a c
 - the methods overridden here and when uvicorn calls them: `connection_made`,
   `connection_lost`, `data_received` (replaced: `_feed` repeats its body, including the 400
   for a malformed request and the WebSocket upgrade: `send_400_response`, `_should_upgrade`,
-  `handle_websocket_upgrade`, `_unsupported_upgrade_warning`), the httptools callbacks
+  `handle_websocket_upgrade`, `_unsupported_upgrade_warning`), `pause_writing` and
+  `resume_writing` (the transport's flow control; uvicorn's `flow.write_paused`,
+  `flow.pause_reading`), the httptools callbacks
   `on_message_begin`, `on_url`, `on_header`, `on_headers_complete`, `on_message_complete`,
   `on_response_complete` (the cycle's `on_response`), and `shutdown` (called by
   `Server.shutdown` on each of `server_state.connections`, which it then waits to empty);
-- the attributes `parser` (`feed_data`), `url` and `headers` (the head parsed so far,
-  reset by `on_message_begin`), `cycle` (the last request parsed, a `RequestResponseCycle`:
+- the attributes `parser` (`feed_data`, `get_http_version`), `url` and `headers` (the head
+  parsed so far, names lower-cased, reset by `on_message_begin`), `scope` (made by
+  `on_message_begin`, completed by `on_headers_complete`; an `extensions` entry is added),
+  `cycle` (the last request parsed, a `RequestResponseCycle`:
   `more_body`, `disconnected`, `response_started`, `response_complete`, `keep_alive`,
   `message_event`, and `transport`, which is swapped for `_CycleTransport`: the cycle calls
   its `write`, `is_closing`, `close` and `get_extra_info`), `pipeline` (the requests parsed
@@ -79,7 +98,11 @@ from __future__ import annotations
 import array
 import asyncio
 import fcntl
+import logging
+import socket
 import termios
+import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -88,6 +111,7 @@ from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.server import ServerState
 
+from http_hardening.admission import ARRIVAL_EXTENSION, AdmissionLimits, ControlledDelay, arrival
 from http_hardening.limits import ErrorAnswer, HttpLimits, Refusal
 
 __all__ = ["HardenedHttpProtocol", "unread_bytes"]
@@ -95,6 +119,26 @@ __all__ = ["HardenedHttpProtocol", "unread_bytes"]
 #: While a pipelined request receives its body at shutdown and the one before it is still
 #: answered, how often the shutdown's body timeout looks again, seconds.
 _PIPELINED_RECHECK_S = 0.1
+_TCP_FAMILIES = (socket.AF_INET, socket.AF_INET6)
+
+# Connections closed because their client did not read: logged at INFO, once per server
+# and reason (a client that cannot be written to is its own problem, not the server's).
+_logger = logging.getLogger("http_hardening")
+_admissions: weakref.WeakKeyDictionary[ServerState, ControlledDelay] = weakref.WeakKeyDictionary()
+_logged: weakref.WeakKeyDictionary[ServerState, set[str]] = weakref.WeakKeyDictionary()
+
+
+def admission_for(server_state: ServerState, limits: AdmissionLimits) -> ControlledDelay:
+    """The admission of the server that owns `server_state` (one per worker process), made
+    on its first request."""
+    found = _admissions.get(server_state)
+    if found is None:
+        found = _admissions[server_state] = ControlledDelay(limits)
+    return found
+
+
+class _Drop(Exception):
+    """Raised from a parser callback to close the connection without an answer."""
 
 
 class _Refused(Exception):
@@ -111,8 +155,10 @@ class _CycleTransport:
 
     __slots__ = ("close", "get_extra_info", "is_closing", "write")
 
-    def __init__(self, transport: asyncio.Transport, close: Callable[[], None]) -> None:
-        self.write = transport.write
+    def __init__(
+        self, transport: asyncio.Transport, close: Callable[[], None], write: Callable[[bytes], None]
+    ) -> None:
+        self.write = write
         self.is_closing = transport.is_closing
         self.get_extra_info = transport.get_extra_info
         self.close = close
@@ -164,8 +210,16 @@ class HardenedHttpProtocol(HttpToolsProtocol):
         self._shutdown_timer: asyncio.TimerHandle | None = None
         self._lingering = False
         self._discarded = 0
+        self._linger_budget = limits.linger_max_bytes
         self._shutting_down = False
         self._cycle_transport: _CycleTransport | None = None
+        self._sock: Any = None  # the TCP socket, for its arrival times (None: not TCP)
+        self._arrival = 0.0
+        self._declared = 0  # the body the request being parsed announced, bytes
+        self._write_timer: asyncio.TimerHandle | None = None
+        self._completion_held = False  # a response completed while writes were paused
+        admission = limits.admission
+        self._admission = admission_for(server_state, admission) if admission is not None else None
 
     # --- what a tier provides ---------------------------------------------------------------
 
@@ -193,6 +247,15 @@ class HardenedHttpProtocol(HttpToolsProtocol):
     def connection_gone(self) -> None:
         """The connection is closed (called once, from `connection_lost`)."""
 
+    def request_waited(self, sojourn_s: float, admitted: bool) -> None:
+        """A request head is complete, `sojourn_s` seconds after its bytes reached the host;
+        admission let it in or not (called only with `HttpLimits.admission`)."""
+
+    def connection_dropped(self, reason: str) -> None:
+        """The connection is being closed without an answer: `unread_answers` (answers
+        over `max_pending_write_bytes`), `write_stalled` (writes paused over
+        `write_stall_s`) or `pipelined_too_deep` (over `max_pipelined`)."""
+
     def close_now(self) -> None:
         """Close the connection at once, without an answer (e.g. to make room for another)."""
         self._cancel_timers()
@@ -203,7 +266,10 @@ class HardenedHttpProtocol(HttpToolsProtocol):
     # asyncio's Protocol takes any BaseTransport; uvicorn's narrows it to a stream's, as here.
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self._cycle_transport = _CycleTransport(transport, self._close_after_response)
+        self._cycle_transport = _CycleTransport(transport, self._close_after_response, self._write)
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in _TCP_FAMILIES:
+            self._sock = sock
         if not self.admit_connection():
             transport.close()
             return
@@ -219,7 +285,7 @@ class HardenedHttpProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if self._lingering:
             self._discarded += len(data)
-            if self._discarded > self.http_limits.linger_max_bytes:
+            if self._discarded > self._linger_budget:
                 self.transport.close()
             return
         self._unset_keepalive_if_required()
@@ -246,6 +312,9 @@ class HardenedHttpProtocol(HttpToolsProtocol):
             if isinstance(refused, _Refused):
                 self._refuse(refused.refusal)
                 return False
+            if isinstance(refused, _Drop):
+                self._drop(str(refused))
+                return False
             self.logger.warning("Invalid HTTP request received.")
             self.send_400_response("Invalid HTTP request received.")
             return False
@@ -264,6 +333,9 @@ class HardenedHttpProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        # When this head's bytes reached the host: for a new connection's first request,
+        # before it waited in the accept queue (see http_hardening.admission).
+        self._arrival = arrival(self._sock) if self._sock is not None else time.monotonic()
         self.connection_idle()  # sending a head is no request yet
         if self.http_limits.header_timeout_s is not None:
             self._head_timer = self.loop.call_later(self.http_limits.header_timeout_s, self._head_timed_out)
@@ -287,14 +359,47 @@ class HardenedHttpProtocol(HttpToolsProtocol):
         if self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None
+        self._check_head()
         self.connection_busy()
         super().on_headers_complete()
+        extensions = self.scope.get("extensions")
+        if extensions is None:
+            extensions = self.scope["extensions"] = {}
+        extensions[ARRIVAL_EXTENSION] = {"monotonic": self._arrival}
         cycle = self.cycle
         if cycle is not None:
             # Duck-typed: the cycle calls only the four methods _CycleTransport binds.
             cycle.transport = self._cycle_transport  # type: ignore[assignment]
             if self._shutting_down:
                 cycle.keep_alive = False
+
+    def _check_head(self) -> None:
+        """Refuse a complete head now, before the app sees it: the Host rule, the pipeline's
+        depth, admission (raised to stop the parser)."""
+        limits = self.http_limits
+        hosts = 0
+        declared = 0
+        for name, value in self.headers:
+            if name == b"host":
+                hosts += 1
+            elif name == b"content-length" and value.isdigit():
+                declared = int(value)
+        self._declared = declared
+        if limits.require_host and hosts != 1 and self.parser.get_http_version() == "1.1":
+            raise _Refused(Refusal.MISSING_HOST)
+        if len(self.pipeline) >= limits.max_pipelined:
+            raise _Drop("pipelined_too_deep")
+        admission = self._admission
+        if admission is not None:
+            now = time.monotonic()
+            sojourn = now - self._arrival
+            admitted = admission.admit(sojourn, now)
+            if not admitted and admission.limits.exempt_paths:
+                path = httptools.parse_url(self.url).path.decode("latin-1")
+                admitted = path in admission.limits.exempt_paths
+            self.request_waited(sojourn, admitted)
+            if not admitted:
+                raise _Refused(Refusal.OVERLOADED)
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
@@ -312,9 +417,66 @@ class HardenedHttpProtocol(HttpToolsProtocol):
             self.server_state.total_requests += 1
             self._linger_close()
             return
+        if self.flow.write_paused and not self.transport.is_closing():
+            # Its answers are not being read: start no further pipelined request, and read
+            # none, until the writes drain (resume_writing) or stall too long.
+            self._completion_held = True
+            self.flow.pause_reading()
+            return
+        self._response_completed()
+
+    def _response_completed(self) -> None:
         super().on_response_complete()
         if not self.pipeline and not self.transport.is_closing():
             self.connection_idle()
+
+    # --- writes: bounded, backpressure ------------------------------------------------------
+
+    def _write(self, data: bytes) -> None:
+        """What the response cycle's `transport.write` does: write, then close the
+        connection if more than `max_pending_write_bytes` wait (the client does not read)."""
+        transport = self.transport
+        transport.write(data)
+        bound = self.http_limits.max_pending_write_bytes
+        if bound is not None and transport.get_write_buffer_size() > bound:
+            self._drop("unread_answers")
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        stall = self.http_limits.write_stall_s
+        if stall is not None and self._write_timer is None:
+            self._write_timer = self.loop.call_later(stall, self._write_stalled)
+
+    def resume_writing(self) -> None:
+        if self._write_timer is not None:
+            self._write_timer.cancel()
+            self._write_timer = None
+        super().resume_writing()
+        if self._completion_held and not self.transport.is_closing():
+            self._completion_held = False
+            self._response_completed()
+
+    def _write_stalled(self) -> None:
+        self._write_timer = None
+        if not self.transport.is_closing():
+            self._drop("write_stalled")
+
+    def _drop(self, reason: str) -> None:
+        """Close now, without an answer, dropping what waits to be written (its memory)."""
+        if self.transport.is_closing():
+            return
+        self.connection_dropped(reason)
+        logged = _logged.setdefault(self.server_state, set())
+        if reason not in logged:
+            logged.add(reason)
+            _logger.info(
+                "closed a client connection without an answer (%s: %d bytes waiting to be written); "
+                "later ones are counted, not logged",
+                reason,
+                self.transport.get_write_buffer_size(),
+            )
+        self._cancel_timers()
+        self.transport.abort()
 
     # --- refusals, lingering close ----------------------------------------------------------
 
@@ -367,6 +529,10 @@ class HardenedHttpProtocol(HttpToolsProtocol):
         self.flow.resume_reading()  # uvicorn pauses reading while a body waits for the app
         if self.transport.can_write_eof():
             self.transport.write_eof()
+        # A client that announced its body sends all of it before it reads the answer: it is
+        # discarded, up to linger_declared_max_bytes (the bound below is checked per read).
+        declared = min(self._declared, self.http_limits.linger_declared_max_bytes)
+        self._linger_budget = max(self.http_limits.linger_max_bytes, declared)
         # The client's EOF closes it sooner: uvicorn's `eof_received` returns None, which
         # lets the transport close itself.
         self._linger_timer = self.loop.call_later(self.http_limits.linger_s, self.transport.close)
@@ -423,10 +589,12 @@ class HardenedHttpProtocol(HttpToolsProtocol):
             self._linger_timer,
             self._drain_timer,
             self._shutdown_timer,
+            self._write_timer,
             self.timeout_keep_alive_task,
         )
         for timer in timers:
             if timer is not None:
                 timer.cancel()
         self._head_timer = self._linger_timer = self._drain_timer = self._shutdown_timer = None
+        self._write_timer = None
         self.timeout_keep_alive_task = None

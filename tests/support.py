@@ -36,6 +36,7 @@ __all__ = [
     "free_port",
     "http_ok",
     "local_models_config",
+    "ops_url",
     "start_api",
     "start_example_serving",
     "start_gunicorn",
@@ -89,8 +90,18 @@ def start_api(port: int, serving_url: str, log_path: Path, **env: str) -> Proces
 
 def start_gunicorn(log_path: Path, *, prefix: Sequence[str] = (), **env: str) -> Process:
     """The API under gunicorn as deployed (`gunicorn_command`; bind it with API_BIND);
-    `prefix` goes before the command (e.g. `prlimit --nofile=512:`)."""
-    return Process([*prefix, *gunicorn_command()], log_path, env={"MODEL_ROUTES": EXAMPLE_ROUTES, **env})
+    `prefix` goes before the command (e.g. `prlimit --nofile=512:`). Its operational port
+    (`/metrics`, `/docs`) is on a free loopback port unless API_OPS_BIND says otherwise:
+    `ops_url(process)`."""
+    env = {"API_OPS_BIND": f"127.0.0.1:{free_port()}", **env}
+    proc = Process([*prefix, *gunicorn_command()], log_path, env={"MODEL_ROUTES": EXAMPLE_ROUTES, **env})
+    proc.ops_bind = env["API_OPS_BIND"]  # type: ignore[attr-defined]  # read by ops_url
+    return proc
+
+
+def ops_url(proc: Process) -> str:
+    """`http://host:port` of the operational port of a gunicorn started by `start_gunicorn`."""
+    return f"http://{proc.ops_bind}"  # type: ignore[attr-defined]
 
 
 def run_server_env(**overrides: str) -> dict[str, str]:
@@ -102,6 +113,7 @@ def run_server_env(**overrides: str) -> dict[str, str]:
         "PYTHON": sys.executable,
         "API_PORT": str(free_port()),
         "API_HOST": "127.0.0.1",
+        "API_OPS_BIND": f"127.0.0.1:{free_port()}",
         "REST_API_PORT": str(free_port()),
         "GRPC_PORT": str(free_port()),
         "SERVING_ARGS": "--rest_api_host=127.0.0.1",

@@ -5,11 +5,13 @@ are the fast part that runs with every `make test`."""
 
 from __future__ import annotations
 
-import re
 import tomllib
+from pathlib import Path, PurePosixPath
 
 import yaml
 
+from api.config.security import AuthSettings, RateLimitSettings
+from api.security.front_door import FrontDoor, Refusal
 from tests.support import REPO
 
 
@@ -91,10 +93,38 @@ def test_healthchecks() -> None:
         # CMD-SHELL: podman 4.3 splits CMD-form arguments on spaces.
         assert check["test"][0] == "CMD-SHELL" and len(check["test"]) == 2
         assert check["interval"] and check["retries"] >= 1 and check["start_period"]
-    serving_check = services["serving"]["healthcheck"]["test"][1]
-    configured = re.findall(r'name:\s*"([^"]+)"', (REPO / "models.config").read_text())
-    assert "AVAILABLE" in serving_check and f"for m in {' '.join(configured)};" in serving_check
+    # serving's check reads the model names from the mounted config (deploy/serving/models-available.sh,
+    # tests/test_models_available.py): none are written here.
+    serving = services["serving"]
+    assert serving["healthcheck"]["test"][1] == "bash /config/models-available.sh /config/models.config 8501"
+    assert "./deploy/serving/models-available.sh:/config/models-available.sh:ro" in serving["volumes"]
+    assert "fraud" not in serving["healthcheck"]["test"][1]
     assert "/readyz" in services["api"]["healthcheck"]["test"][1]
+
+
+def test_the_api_service_leaves_model_routes_to_the_image() -> None:
+    # compose's environment: beats an image's ENV: naming the examples here would override the
+    # routes of an image of one's own (and a route setting of theirs would stop such an API).
+    environment = load()["services"]["api"]["environment"]
+    assert "MODEL_ROUTES" not in environment and not any(k.startswith("MODELS__") for k in environment)
+    assert "MODEL_ROUTES=examples.fraud.route:route,examples.digits.route:route" in " ".join(
+        dockerfile_stages()["examples"]
+    )
+
+
+def test_the_own_model_override_mounts_models_config_and_routes() -> None:
+    override = yaml.safe_load((REPO / "deploy/compose/own-model.override.yml").read_text())["services"]
+    targets = {v.rsplit(":", 2)[1]: v.split(":")[0] for v in override["serving"]["volumes"]}
+    # Mount targets the base's volumes use, so compose replaces those mounts with the user's.
+    assert targets == {"/models": "${MODELS_DIR", "/config/models.config": "${MODEL_CONFIG_FILE"}
+    base_targets = {v.split(":")[1] for v in load()["services"]["serving"]["volumes"]}
+    assert set(targets) <= base_targets
+    api = override["api"]
+    assert api["image"] == "${API_IMAGE:-tfserve-split/api:0.1.0}" and api["build"] == {"target": "api"}
+    assert api["environment"]["MODEL_ROUTES"].startswith("${MODEL_ROUTES:?")
+    assert api["environment"]["PYTHONPATH"].split(":")[0] == "/routes"
+    assert any(v.rsplit(":", 2)[1] == "/routes" for v in api["volumes"])
+    assert (REPO / "deploy/compose/no-routes").is_dir()
 
 
 def dockerfile_stages() -> dict[str, list[str]]:
@@ -115,8 +145,9 @@ def test_api_image_installs_only_the_api_extras_has_no_example_code_and_runs_as_
     assert list(stages) == ["api", "examples"]
     lines = stages["api"]
     installs = [line for line in lines if line.startswith("RUN pip install")]
-    # The api extra, and tracing's (loaded only when an OTEL_* variable turns it on).
-    assert installs == ["RUN pip install '.[api,api-tracing]'"]
+    # The api extra, tracing's (loaded only when an OTEL_* variable turns it on), auth (JWT: PyJWT)
+    # and docs-ui (Swagger UI's assets, no CDN).
+    assert installs == ["RUN pip install '.[api,api-tracing,auth,docs-ui]'"]
     copied = [line.split()[1] for line in lines if line.startswith("COPY ")]
     assert not any(path.startswith("examples") for path in copied), copied
     users = [line for line in lines if line.startswith("USER ")]
@@ -124,7 +155,8 @@ def test_api_image_installs_only_the_api_extras_has_no_example_code_and_runs_as_
     assert not any("tensorflow" in line for line in lines)
     # The api extra carries no dependency of an example's own.
     extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    assert not any(dep.startswith(("pillow", "python-multipart")) for dep in extras["api"] + extras["api-tracing"])
+    api_extras = extras["api"] + extras["api-tracing"] + extras["auth"]
+    assert not any(dep.startswith(("pillow", "python-multipart")) for dep in api_extras)
     assert {dep.split(">")[0] for dep in extras["examples"]} == {"pillow", "python-multipart"}
 
 
@@ -163,3 +195,40 @@ def test_both_images_copy_the_code_the_tiers_share() -> None:
         )
         for shared in (f"{tier} ./{tier}", "http_hardening ./http_hardening", "cpu_quota.py", "otel_tracing.py"):
             assert shared in copied, f"{dockerfile} does not copy {shared.split()[0]}"
+
+
+def test_api_requires_a_key_from_the_mounted_key_folder(tmp_path: Path) -> None:
+    api = load()["services"]["api"]
+    env = api["environment"]
+    assert env["AUTH__ENABLED"] == "true"
+    key_file = PurePosixPath(env["AUTH__API_KEYS_FILE"])
+    # The folder is mounted, read-only (a mounted file would keep its old inode after a rename).
+    (volume,) = [v for v in api["volumes"] if v.rsplit(":", 2)[1] == str(key_file.parent)]
+    host, _, mode = volume.rsplit(":", 2)
+    assert host == "${API_AUTH_DIR:-./deploy/compose/auth}" and mode == "ro"
+    committed = REPO / "deploy" / "compose" / "auth" / key_file.name
+    assert committed.stat().st_mode & 0o044 == 0o044  # readable by the container's user
+    # The committed file loads and lists no key: nothing but the probes answers until one is added.
+    door = FrontDoor(AuthSettings(enabled=True, api_keys_file=committed), RateLimitSettings())
+    assert door.api_keys is not None and not door.api_keys.keys
+    assert door.check("/readyz", [], None) is None and "/readyz" in api["healthcheck"]["test"][1]
+    assert isinstance(door.check("/v1/fraud/score", [], None), Refusal)
+
+
+def test_both_tiers_are_hardened_as_in_kubernetes() -> None:
+    """Read-only root with a bounded /tmp, no capabilities, no privilege gain, CPU/memory/pid limits;
+    the API's operational port reachable on the backend network only (exposed, not published)."""
+    services = load()["services"]
+    for name in ("serving", "api"):
+        service = services[name]
+        assert service["read_only"] is True, name
+        assert service["cap_drop"] == ["ALL"], name
+        assert "no-new-privileges:true" in service["security_opt"], name
+        assert [t.split(":")[0] for t in service["tmpfs"]] == ["/tmp"], name
+        assert "size=" in service["tmpfs"][0], name
+        assert service["cpus"] > 0 and service["mem_limit"] and service["pids_limit"] > 0, name
+    assert services["serving"]["user"] != "0"
+    api = services["api"]
+    assert api["environment"]["API_OPS_BIND"] == "0.0.0.0:9000"
+    assert "9000" in api["expose"]
+    assert not any("9000" in str(p) for p in api["ports"])  # not published on the host

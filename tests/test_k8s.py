@@ -3,23 +3,27 @@ and the wiring checked against the apps themselves (labels, probes, ports, env, 
 
 from __future__ import annotations
 
+import base64
 import math
 import re
 import shutil
 import subprocess
 import tomllib
 from collections.abc import Iterator
+from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urlsplit
 
 import kubernetes_validate
 import pytest
 import yaml
-from pydantic import BaseModel
+from fastapi.testclient import TestClient
 
 from api.app import create_app
+from api.config.security import AuthSettings, RateLimitSettings
 from api.config.settings import Settings
 from api.ops.cpu_budget import threads_per_worker, web_concurrency
+from api.security.front_door import FrontDoor, Refusal
 from tests.support import REPO
 
 K8S = REPO / "deploy" / "k8s"
@@ -99,17 +103,101 @@ def test_services_target_named_container_ports(objects: list[dict[str, Any]]) ->
     assert ports["api"]["grpc"] == int(env["OIP__GRPC_PORT"])  # the OIP front's gRPC
 
 
-def test_only_api_pods_reach_servings_ports(objects: list[dict[str, Any]]) -> None:
-    (policy,) = of_kind(objects, "NetworkPolicy").values()
+def test_network_policies_deny_by_default_and_open_only_what_each_tier_needs(objects: list[dict[str, Any]]) -> None:
+    policies = of_kind(objects, "NetworkPolicy")
+    assert set(policies) == {"default-deny", "api", "serving-from-api-only"}
+    deny = policies["default-deny"]["spec"]
+    assert deny == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}  # every pod, no rule
     pods = {n: d["spec"]["template"]["metadata"]["labels"] for n, d in of_kind(objects, "Deployment").items()}
-    assert matches(policy["spec"]["podSelector"]["matchLabels"], pods["serving"])
-    assert not matches(policy["spec"]["podSelector"]["matchLabels"], pods["api"])
-    assert policy["spec"]["policyTypes"] == ["Ingress"]
-    (rule,) = policy["spec"]["ingress"]
-    (source,) = rule["from"]
+    serving = policies["serving-from-api-only"]["spec"]
+    assert matches(serving["podSelector"]["matchLabels"], pods["serving"])
+    assert not matches(serving["podSelector"]["matchLabels"], pods["api"])
+    from_api, from_monitoring = serving["ingress"]
+    (source,) = from_api["from"]
     assert set(source) == {"podSelector"}  # pods of this namespace, no ipBlock or namespaceSelector
     assert matches(source["podSelector"]["matchLabels"], pods["api"])
-    assert {p["port"] for p in rule["ports"]} == {8500, 8501}
+    assert {p["port"] for p in from_api["ports"]} == {8500, 8501}
+    assert {p["port"] for p in from_monitoring["ports"]} == {8501}
+    api = policies["api"]["spec"]
+    assert matches(api["podSelector"]["matchLabels"], pods["api"])
+    public, ops = api["ingress"]
+    assert "from" not in public and {p["port"] for p in public["ports"]} == {8000, 8001}  # HTTP, OIP gRPC
+    assert {p["port"] for p in ops["ports"]} == {9000}
+    assert ops["from"][0]["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": "monitoring"}
+    to_serving, to_dns = api["egress"]
+    assert matches(to_serving["to"][0]["podSelector"]["matchLabels"], pods["serving"])
+    assert {p["port"] for p in to_dns["ports"]} == {53}
+
+
+def test_the_operational_port_is_scraped_and_not_the_public_one(objects: list[dict[str, Any]]) -> None:
+    api = of_kind(objects, "Deployment")["api"]["spec"]["template"]
+    (container,) = api["spec"]["containers"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert env["API_OPS_BIND"] == f"0.0.0.0:{ports['ops']}"
+    annotations = api["metadata"]["annotations"]
+    assert annotations["prometheus.io/port"] == str(ports["ops"])
+    assert annotations["prometheus.io/path"] == "/metrics"
+    # The public port has no /metrics while the operational port is set.
+    settings = Settings(api_ops_bind=env["API_OPS_BIND"], model_routes=env["MODEL_ROUTES"].split(","))
+    client = TestClient(create_app(settings))  # no lifespan: serving is not needed for these
+    answers = {path: client.get(path).status_code for path in ("/metrics", "/docs", "/openapi.json", "/healthz")}
+    assert answers == {"/metrics": 404, "/docs": 404, "/openapi.json": 404, "/healthz": 200}
+
+
+@pytest.fixture(scope="module")
+def keda_objects() -> list[dict[str, Any]]:
+    rendered = subprocess.run(
+        ["kubectl", "kustomize", str(REPO / "deploy" / "k8s-keda")],
+        capture_output=True, text=True, check=True, timeout=60,
+    ).stdout  # fmt: skip
+    return [doc for doc in yaml.safe_load_all(rendered) if doc]
+
+
+def test_the_keda_overlay_replaces_the_cpu_autoscalers_with_scaled_objects(keda_objects: list[dict[str, Any]]) -> None:
+    kinds = [o["kind"] for o in keda_objects]
+    assert "HorizontalPodAutoscaler" not in kinds  # KEDA makes its own from each ScaledObject
+    # Every object Kubernetes has a schema for validates strictly; ScaledObject is KEDA's CRD,
+    # which kubernetes-validate does not ship: its fields are checked below.
+    for obj in keda_objects:
+        if obj["apiVersion"] != "keda.sh/v1alpha1":
+            kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+    scaled = {o["metadata"]["name"]: o for o in keda_objects if o["kind"] == "ScaledObject"}
+    deployments = {o["metadata"]["name"] for o in keda_objects if o["kind"] == "Deployment"}
+    assert set(scaled) == deployments == {"api", "serving"}
+    known = {"scaleTargetRef", "minReplicaCount", "maxReplicaCount", "pollingInterval", "cooldownPeriod",
+             "advanced", "triggers"}  # fmt: skip
+    exported = metric_names()
+    for name, obj in scaled.items():
+        assert obj["metadata"]["namespace"] == "tfserve-split"
+        spec = obj["spec"]
+        assert set(spec) <= known, set(spec) - known
+        assert spec["scaleTargetRef"] == {"name": name}  # apps/v1 Deployment, KEDA's default
+        assert 2 <= spec["minReplicaCount"] < spec["maxReplicaCount"]  # a PDB of 1 keeps one serving
+        for trigger in spec["triggers"]:
+            assert trigger["type"] in {"prometheus", "cpu"}
+            if trigger["type"] == "prometheus":
+                meta = trigger["metadata"]
+                assert set(meta) == {"serverAddress", "query", "threshold"}
+                assert urlsplit(meta["serverAddress"]).scheme == "http"
+                assert float(meta["threshold"]) > 0
+                used = set(re.findall(r"\b(api_[a-z_]+?)(?:_sum|_bucket|_count)?\{", meta["query"]))
+                assert used and used <= exported, (used, exported)
+                assert 'namespace="tfserve-split"' in meta["query"]
+    api_metrics = {re.sub(r"_sum$", "", m) for t in scaled["api"]["spec"]["triggers"] if t["type"] == "prometheus"
+                   for m in re.findall(r"(api_[a-z_]+)\{", t["metadata"]["query"])}  # fmt: skip
+    assert {"api_requests_in_flight", "api_queue_delay_seconds"} <= api_metrics
+
+
+def metric_names() -> set[str]:
+    """The API's metric names as exported (prometheus-client's text names)."""
+    from api.observability.metrics import ApiMetrics, ConnectionMetrics
+
+    names = set()
+    for registry in (ApiMetrics().registry, ConnectionMetrics().registry):
+        for family in registry.collect():
+            names.add(family.name)
+    return names
 
 
 def test_api_reaches_serving_through_the_headless_service(objects: list[dict[str, Any]]) -> None:
@@ -128,23 +216,18 @@ def test_api_env_names_are_settings_or_gunicorn_variables(objects: list[dict[str
     assert {"API_BIND", "API_GRACEFUL_TIMEOUT_S"} <= gunicorn_vars
     (api,) = [c for name, c in containers(objects) if name == "api"]
     names = [e["name"] for e in api["env"]]
+    # A nested setting (AUTH__ENABLED) is named by its field, then `__` and the nested field's name;
     # OTEL_*: OpenTelemetry's own variables (otel_tracing and the SDK read them).
-    # NAME__FIELD: a field of a nested settings model (pydantic-settings' `__` delimiter).
-    nested = {
-        f"{name.upper()}__{field.upper()}"
-        for name, info in Settings.model_fields.items()
-        if isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel)
-        for field in info.annotation.model_fields
-    }
-    unknown = [n for n in names if n not in settings | nested | gunicorn_vars and not n.startswith("OTEL_")]
+    unknown = [
+        n for n in names if n not in gunicorn_vars and n.split("__")[0] not in settings and not n.startswith("OTEL_")
+    ]
     assert not unknown, f"env the API never reads: {unknown}"
     env = {e["name"]: e["value"] for e in api["env"]}
-    values: dict[str, Any] = {k.lower(): v for k, v in env.items() if k in settings}
-    for k, v in env.items():
-        if k in nested:
-            outer, inner = k.lower().split("__", 1)
-            values.setdefault(outer, {})[inner] = v
-    Settings.model_validate(values)  # values parse too
+    with pytest.MonkeyPatch.context() as patch:  # values parse too, read as the app reads them
+        for name, value in env.items():
+            if name not in gunicorn_vars:
+                patch.setenv(name, value)
+        Settings()
     assert env["API_BIND"].rsplit(":", 1)[1] == "8000"
 
 
@@ -159,20 +242,19 @@ def test_api_probes_are_routes_of_the_app(objects: list[dict[str, Any]]) -> None
         assert api[probe]["httpGet"]["port"] == "http"
 
 
-def test_serving_probes_ask_model_status_of_the_configured_models(objects: list[dict[str, Any]]) -> None:
-    # TF Serving's own model status path pattern.
-    from serving.model_servers.http_rest_api_handler import _MODEL_STATUS_API
-
+def test_serving_probes_read_the_model_names_from_the_mounted_config(objects: list[dict[str, Any]]) -> None:
+    # No model names in the manifests: the probes' script reads them from /config/models.config.
     (serving,) = [c for name, c in containers(objects) if name == "serving"]
-    configured = re.findall(r'name:\s*"([^"]+)"', (K8S / "models.config").read_text())
-    liveness = serving["livenessProbe"]["httpGet"]
-    assert liveness["port"] == "http" and _MODEL_STATUS_API.fullmatch(liveness["path"])
-    assert liveness["path"].rsplit("/", 1)[1] in configured
-    for probe in ("startupProbe", "readinessProbe"):
-        script = serving[probe]["exec"]["command"][-1]
-        assert "/dev/tcp/127.0.0.1/8501" in script and "AVAILABLE" in script
-        assert re.search(r"for m in ([\w ]+);", script).group(1).split() == configured
-        assert _MODEL_STATUS_API.fullmatch("/v1/models/fraud") and "GET /v1/models/$m " in script
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        command = serving[probe]["exec"]["command"]
+        assert command[:2] == ["bash", "/config/models-available.sh"], command
+        assert command[-2:] == ["/config/models.config", "8501"]
+        assert "fraud" not in " ".join(command) and "digits" not in " ".join(command)
+    assert "--answers" in serving["livenessProbe"]["exec"]["command"]  # alive: the port answers HTTP
+    config_maps = {name.rsplit("-", 1)[0]: cm for name, cm in of_kind(objects, "ConfigMap").items()}
+    assert config_maps["serving-monitoring"]["data"]["models-available.sh"] == (
+        REPO / "deploy" / "serving" / "models-available.sh"
+    ).read_text()
 
 
 def test_cpu_limits_agree_with_how_each_tier_sizes_its_threads(objects: list[dict[str, Any]]) -> None:
@@ -214,21 +296,25 @@ def test_serving_gets_models_config_and_models_volume(objects: list[dict[str, An
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert mounts["models"]["mountPath"] == "/models" and mounts["models"]["readOnly"] is True
     assert volumes["models"]["persistentVolumeClaim"]["claimName"] in of_kind(objects, "PersistentVolumeClaim")
-    config_map = of_kind(objects, "ConfigMap")[volumes["config"]["configMap"]["name"]]
-    assert set(config_map["data"]) == {"models.config", "monitoring.config"}
-    for key in config_map["data"]:
-        assert f"--{key.replace('.config', '')}_config_file=/config/{key}" in serving["args"] or (
-            key == "models.config" and "--model_config_file=/config/models.config" in serving["args"]
-        )
-    for line in config_map["data"]["models.config"].splitlines():
+    assert mounts["config"]["mountPath"] == "/config"
+    config_maps = of_kind(objects, "ConfigMap")
+    data: dict[str, str] = {}
+    for source in volumes["config"]["projected"]["sources"]:
+        data |= config_maps[source["configMap"]["name"]]["data"]
+    assert set(data) == {"models.config", "monitoring.config", "models-available.sh"}
+    assert "--model_config_file=/config/models.config" in serving["args"]
+    assert "--monitoring_config_file=/config/monitoring.config" in serving["args"]
+    for line in data["models.config"].splitlines():
         if line.strip().startswith("base_path:"):
             assert line.split('"')[1].startswith("/models/")
 
 
 def test_config_copies_equal_the_repository_files() -> None:
     # kustomize reads no file outside deploy/k8s, so these are copies; they must not drift.
-    assert (K8S / "models.config").read_text() == (REPO / "models.config").read_text()
-    assert (K8S / "monitoring.config").read_text() == (REPO / "deploy" / "serving" / "monitoring.config").read_text()
+    base = K8S / "base"
+    assert (base / "models.config").read_text() == (REPO / "models.config").read_text()
+    for name in ("monitoring.config", "models-available.sh"):
+        assert (base / name).read_text() == (REPO / "deploy" / "serving" / name).read_text()
 
 
 def test_api_image_is_the_one_compose_builds(objects: list[dict[str, Any]]) -> None:
@@ -239,3 +325,28 @@ def test_api_image_is_the_one_compose_builds(objects: list[dict[str, Any]]) -> N
     assert images["api"] == compose["services"]["api"]["image"]
     version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
     assert images["api"] == f"tfserve-split/api-examples:{version}"
+
+
+def test_api_requires_a_key_from_the_api_keys_secret_mounted_whole(
+    objects: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    deployment = of_kind(objects, "Deployment")["api"]
+    pod = deployment["spec"]["template"]["spec"]
+    (api,) = pod["containers"]
+    env = {e["name"]: e["value"] for e in api["env"]}
+    assert env["AUTH__ENABLED"] == "true"
+    key_file = PurePosixPath(env["AUTH__API_KEYS_FILE"])
+    (mount,) = [m for m in api["volumeMounts"] if m["mountPath"] == str(key_file.parent)]
+    assert mount["readOnly"] is True and "subPath" not in mount  # a subPath mount never sees updates
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    secret = of_kind(objects, "Secret")[volume["secret"]["secretName"]]
+    assert secret["metadata"]["name"] == "api-keys"  # no hash suffix: updated in place, not rolled
+    assert key_file.name in secret["data"]
+    # The Secret's file is one the front door loads (the base lists no key: all but the probes refused).
+    (tmp_path / "api-keys").write_bytes(base64.b64decode(secret["data"][key_file.name]))
+    auth = AuthSettings(enabled=True, api_keys_file=tmp_path / "api-keys")
+    door = FrontDoor(auth, RateLimitSettings())
+    assert door.api_keys is not None and not door.api_keys.keys
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert door.check(api[probe]["httpGet"]["path"], [], None) is None  # the probes are public
+    assert isinstance(door.check("/v1/fraud/score", [], None), Refusal)

@@ -24,6 +24,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from api.config.oip import OipSettings
 from api.config.payload_capture_settings import PayloadCaptureSettings
+from api.config.security import AuthSettings, RateLimitSettings
 from api.serving_client import ClientConfig, CoalescingConfig
 
 
@@ -75,6 +76,12 @@ class Settings(BaseSettings):
         description="Model routes this deployment serves, comma-separated, each the import path of a "
         "`ModelRoute`, `package.module:attribute` (e.g. examples.fraud.route:route); required unless the "
         "app is given its routes (`create_app(routes=...)`).",
+    )
+    serving_model_config_file: Path | None = Field(
+        default=None,
+        description="Serving's model config file (TF Serving's `--model_config_file`), when the API can "
+        "read it: a route whose model serving lacks is refused at start-up with the models this file "
+        "names. run-server.sh sets it; unset, the message names only the missing model.",
     )
     models: dict[str, ModelSettings] = Field(
         default_factory=dict,
@@ -160,6 +167,14 @@ class Settings(BaseSettings):
         "resolved again this often, seconds, so replicas added or removed (docker compose "
         "--scale, a Kubernetes headless Service) are followed; 0 resolves once at start.",
     )
+    serving_max_response_bytes: int = Field(
+        default=4 * 1024 * 1024,
+        ge=1024,
+        description="Largest Predict answer taken from serving, bytes (REST body, gRPC message); "
+        "lowered to what the enabled routes' declared outputs can take for a full coalesced batch "
+        "(api.inference.response_bound). Over it: 502 serving_bad_response at once, the connection "
+        "dropped, so a faulty replica cannot make a worker hold a huge body.",
+    )
     deadline_shedding: bool = Field(
         default=True,
         description="Refuse at once (504 deadline_exceeded, serving not called) a request whose "
@@ -237,12 +252,17 @@ class Settings(BaseSettings):
         worker may hold in flight (twice its share, `api.request.admission.in_flight`)."""
         return self.serving_max_connections or 2 * self.max_in_flight_requests
 
-    def serving_client_config(self, probe_model_names: Sequence[str] = ()) -> ClientConfig:
+    def serving_client_config(
+        self, probe_model_names: Sequence[str] = (), max_response_bytes: int | None = None
+    ) -> ClientConfig:
         """The serving client's configuration (`api.serving_client.open_serving_client`).
 
         Args:
             probe_model_names: the models a newly discovered replica must have AVAILABLE
                 before it gets calls: the enabled routes' (`api.app` passes them).
+            max_response_bytes: the Predict answer's bound the routes' outputs allow
+                (`api.inference.response_bound`), capped by SERVING_MAX_RESPONSE_BYTES;
+                None: that setting.
         """
         coalescing = (
             CoalescingConfig(
@@ -268,6 +288,8 @@ class Settings(BaseSettings):
             probe_model_names=tuple(probe_model_names),
             coalescing=coalescing,
             rest_socket_path=self.serving_socket_path or None,
+            max_response_bytes=min(max_response_bytes or self.serving_max_response_bytes,
+                                   self.serving_max_response_bytes),  # fmt: skip
         )
 
     model_version_ttl_s: float = Field(
@@ -275,6 +297,14 @@ class Settings(BaseSettings):
         ge=0.0,
         description="How long the latest AVAILABLE model version, read from model status, "
         "is trusted before it is read again, seconds.",
+    )
+
+    # The operational port (api.operational; gunicorn.conf.py starts it).
+    api_ops_bind: str = Field(
+        default="",
+        description="host:port of the operational port, which serves /metrics, /docs and /openapi.json "
+        "in a process of its own (gunicorn.conf.py sets 0.0.0.0:9000 by default); while it is set the "
+        "public port does not serve them. Empty (one uvicorn process): the app serves them itself.",
     )
 
     # Observability (api.request.middleware; api.observability: loop_monitor, logging_config).
@@ -318,4 +348,12 @@ class Settings(BaseSettings):
     payload_capture: PayloadCaptureSettings = Field(
         default_factory=PayloadCaptureSettings,
         description="Where sampled requests and responses go (PAYLOAD_CAPTURE__<SETTING>).",
+    )
+    # The front door (api.config.security, api.security): authentication and per-client rate limits.
+    auth: AuthSettings = Field(
+        default_factory=AuthSettings, description="Authentication, off by default (AUTH__ENABLED, AUTH__...)."
+    )
+    rate_limits: RateLimitSettings = Field(
+        default_factory=RateLimitSettings, description="Per-client rate limits, off until a rule is set "
+        "(RATE_LIMITS__ROUTES)."
     )

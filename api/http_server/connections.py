@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger("api.http_server")
 
 LOG_INTERVAL_S: Final = 10.0
+#: `api_queue_delay_seconds` is the shortest wait of a request in each window this long, seconds.
+QUEUE_DELAY_WINDOW_S: Final = 1.0
 
 
 class Closable(Protocol):
@@ -55,6 +57,34 @@ class ConnectionRegistry:
         self._unlogged: Counter[str] = Counter()
         self._logged_at = 0.0
         self._flush: asyncio.TimerHandle | None = None
+        self._shortest_wait = float("inf")  # of the requests in the current window
+        self._window: asyncio.TimerHandle | None = None
+
+    def waited(self, sojourn_s: float) -> None:
+        """A request's head is complete, `sojourn_s` seconds after it reached the host.
+
+        `api_queue_delay_seconds` is the shortest such wait in each `QUEUE_DELAY_WINDOW_S`:
+        above the admission target, every request of that second waited in a standing
+        queue (CoDel's measure, robust to one slow request); 0 once a window has none.
+        """
+        if sojourn_s < self._shortest_wait:
+            self._shortest_wait = sojourn_s
+        if self._window is None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # outside a server (unit tests)
+                return
+            self._window = loop.call_later(QUEUE_DELAY_WINDOW_S, self._window_ended)
+
+    def _window_ended(self) -> None:
+        shortest = self._shortest_wait
+        self.metrics.queue_delay.set(0.0 if shortest == float("inf") else max(0.0, shortest))
+        self._shortest_wait = float("inf")
+        self._window = None
+        if shortest != float("inf"):
+            # One more window, so that a second without requests sets 0; after it, the next
+            # request arms the window again.
+            self._window = asyncio.get_running_loop().call_later(QUEUE_DELAY_WINDOW_S, self._window_ended)
 
     def admit(self, conn: Closable) -> bool:
         """Register a new connection; False when it must be closed (at the cap, none idle).

@@ -13,13 +13,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
-from http_hardening.limits import LINGER_MAX_BYTES, LINGER_S, HttpLimits
+from http_hardening.admission import INTERVAL_S, TARGET_S, AdmissionLimits
+from http_hardening.limits import LINGER_DECLARED_MAX_BYTES, LINGER_MAX_BYTES, LINGER_S, HttpLimits
 
 logger = logging.getLogger("api.http_server")
 
 HEADER_TIMEOUT_ENV: Final = "API_HEADER_TIMEOUT_S"
 MAX_HEADER_BYTES_ENV: Final = "API_MAX_HEADER_BYTES"
 SHUTDOWN_DRAIN_ENV: Final = "API_SHUTDOWN_DRAIN_S"
+ADMISSION_TARGET_ENV: Final = "API_ADMISSION_TARGET_MS"
+ADMISSION_INTERVAL_ENV: Final = "API_ADMISSION_INTERVAL_MS"
 
 # Descriptors a worker needs besides client connections: its pools to the serving replicas
 # (SERVING_MAX_CONNECTIONS each, 128 by default: three replicas take 384), the events file,
@@ -56,12 +59,21 @@ class ConnectionLimits:
             how long the rest is read and discarded, seconds, so the client reads the
             answer instead of a connection reset (`http_hardening.limits.LINGER_S`, the
             model server's too).
-        linger_max_bytes: ... and how many bytes at most (`LINGER_MAX_BYTES`).
+        linger_max_bytes: ... and how many bytes at most (`LINGER_MAX_BYTES`), unless the
+            request announced more: then up to `linger_declared_max_bytes` of what it
+            announced (`LINGER_DECLARED_MAX_BYTES`).
         shutdown_drain_s: at graceful shutdown, how long a connection without a request in
             progress stays open, seconds: a request the client sent just before it learnt of
             the shutdown is answered (with `Connection: close`) instead of being reset; then
             the connection closes. `API_SHUTDOWN_DRAIN_S` (default 1), at most half of
             gunicorn's `graceful_timeout`, so what arrives in the window has time to finish.
+        admission_target_s: controlled-delay admission (`http_hardening.admission`): a
+            request that waited at most this long since its bytes reached the host is fresh,
+            seconds. `API_ADMISSION_TARGET_MS` (default 50); 0 turns admission off.
+        admission_interval_s: a queue above the target this long is standing: from then on
+            only fresh requests are admitted, the others answered 503 `overloaded` before
+            any work; also the longest wait admitted in a burst, seconds.
+            `API_ADMISSION_INTERVAL_MS` (default 200).
     """
 
     max_request_line: int = 4094
@@ -72,13 +84,22 @@ class ConnectionLimits:
     max_connections: int = 1000
     linger_s: float = LINGER_S
     linger_max_bytes: int = LINGER_MAX_BYTES
+    linger_declared_max_bytes: int = LINGER_DECLARED_MAX_BYTES
     shutdown_drain_s: float = 1.0
+    admission_target_s: float = TARGET_S
+    admission_interval_s: float = INTERVAL_S
 
-    def http_limits(self) -> HttpLimits:
+    def http_limits(self, exempt_paths: frozenset[str] = frozenset()) -> HttpLimits:
         """What the shared protocol (`http_hardening.protocol`) enforces of these: all but the
         connection cap, which `api.http_server.connections` holds. No shutdown body timeout:
         a request's deadline bounds its body (`api.request.admission.rules`), and gunicorn's
-        `graceful_timeout` the whole shutdown."""
+        `graceful_timeout` the whole shutdown. `exempt_paths` are never refused by admission
+        (the probes)."""
+        admission = (
+            AdmissionLimits(self.admission_target_s, self.admission_interval_s, exempt_paths)
+            if self.admission_target_s > 0
+            else None
+        )
         return HttpLimits(
             max_header_bytes=self.max_header_bytes,
             max_target_bytes=self.max_request_line,
@@ -87,7 +108,9 @@ class ConnectionLimits:
             header_timeout_s=self.header_timeout_s,
             linger_s=self.linger_s,
             linger_max_bytes=self.linger_max_bytes,
+            linger_declared_max_bytes=self.linger_declared_max_bytes,
             shutdown_drain_s=self.shutdown_drain_s,
+            admission=admission,
         )
 
     @classmethod
@@ -113,6 +136,8 @@ class ConnectionLimits:
             shutdown_drain_s=min(
                 float(env.get(SHUTDOWN_DRAIN_ENV, base.shutdown_drain_s)), cfg.graceful_timeout / 2
             ),
+            admission_target_s=float(env.get(ADMISSION_TARGET_ENV, base.admission_target_s * 1000)) / 1000,
+            admission_interval_s=float(env.get(ADMISSION_INTERVAL_ENV, base.admission_interval_s * 1000)) / 1000,
         )
         return limits.fd_bounded()
 

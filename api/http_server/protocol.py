@@ -24,7 +24,9 @@ import orjson
 
 from api.http_server.connections import registry_for
 from api.http_server.limits import ConnectionLimits
+from api.request.admission.rules import EXEMPT_PATHS
 from api.request.context import new_request_id
+from api.request.errors import RETRY_AFTER_S
 from http_hardening.limits import ErrorAnswer, Refusal
 from http_hardening.protocol import HardenedHttpProtocol
 
@@ -42,7 +44,10 @@ _CODES: Final = {
     Refusal.HEAD_TOO_LARGE: ("request_header_fields_too_large", "header_too_large"),
     Refusal.HEAD_TIMEOUT: ("request_timeout", "header_timeout"),
     Refusal.SHUTDOWN: ("service_unavailable", "shutdown"),
+    Refusal.MISSING_HOST: ("bad_request", "missing_host"),
+    Refusal.OVERLOADED: ("overloaded", "queue_delay"),
 }
+_RETRY_AFTER: Final = (b"retry-after", str(RETRY_AFTER_S).encode("ascii"))
 
 
 class ApiHttpProtocol(HardenedHttpProtocol):
@@ -57,7 +62,7 @@ class ApiHttpProtocol(HardenedHttpProtocol):
     """
 
     def __init__(self, *uvicorn_args: Any, limits: ConnectionLimits = _DEFAULT_LIMITS, **uvicorn_kwargs: Any) -> None:
-        super().__init__(*uvicorn_args, limits=limits.http_limits(), **uvicorn_kwargs)
+        super().__init__(*uvicorn_args, limits=limits.http_limits(EXEMPT_PATHS), **uvicorn_kwargs)
         self.limits = limits
         self.registry = registry_for(self.server_state, limits.max_connections)
 
@@ -76,6 +81,12 @@ class ApiHttpProtocol(HardenedHttpProtocol):
     def connection_gone(self) -> None:
         self.registry.gone(self)
 
+    def request_waited(self, sojourn_s: float, admitted: bool) -> None:
+        self.registry.waited(sojourn_s)
+
+    def connection_dropped(self, reason: str) -> None:
+        self.registry.closed(reason)
+
     def close_connection(self, reason: str) -> None:
         """Close now (the registry needs room); counted under `reason`."""
         self.registry.closed(reason)
@@ -87,7 +98,10 @@ class ApiHttpProtocol(HardenedHttpProtocol):
         self.registry.closed(reason)
         request_id = new_request_id()
         body = orjson.dumps({"detail": self._detail(refusal), "code": code, "request_id": request_id})
-        return ErrorAnswer(body, [(b"x-request-id", request_id.encode("ascii"))])
+        headers = [(b"x-request-id", request_id.encode("ascii"))]
+        if refusal is Refusal.OVERLOADED:
+            headers.append(_RETRY_AFTER)
+        return ErrorAnswer(body, headers)
 
     def _detail(self, refusal: Refusal) -> str:
         limits = self.limits
@@ -101,4 +115,11 @@ class ApiHttpProtocol(HardenedHttpProtocol):
             return f"the request head is larger than {limits.max_header_bytes} bytes"
         if refusal is Refusal.HEAD_TIMEOUT:
             return f"request head not received within {limits.header_timeout_s:g} s"
+        if refusal is Refusal.MISSING_HOST:
+            return "an HTTP/1.1 request needs exactly one Host header field (RFC 9112, section 3.2)"
+        if refusal is Refusal.OVERLOADED:
+            return (
+                f"overloaded: requests have waited over {limits.admission_target_s * 1000:g} ms for "
+                f"{limits.admission_interval_s * 1000:g} ms; this one waited too long to be served in time"
+            )
         return "the server is shutting down"

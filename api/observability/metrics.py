@@ -16,6 +16,7 @@ score events by `api.observability.events`.
 | `api_score_events_total` | counter | outcome | written, dropped_queue_full, dropped_sink_error |
 | `api_payload_capture_events_total` | counter | outcome | captured requests/responses: the same outcomes |
 | `api_connections_closed_total` | counter | reason | connections the server closed or refused (`ConnectionMetrics`) |
+| `api_queue_delay_seconds` | gauge | | per worker, the shortest wait of a request in the last second |
 
 `route` is the route's path template (`/v1/fraud/score`), never the raw path, so the
 label's cardinality is bounded; requests that match no route are `<unmatched>`.
@@ -188,8 +189,15 @@ class ConnectionMetrics:
     process does not export them.
 
     Reasons: `header_too_large` (431), `request_line_too_long` (414), `header_timeout`
-    (408), `evicted` (idle, closed to make room at `worker_connections`),
-    `refused_at_limit` (at `worker_connections` with none idle).
+    (408), `missing_host` (400), `queue_delay` (503: waited too long, admission), `evicted`
+    (idle, closed to make room at `worker_connections`), `refused_at_limit` (at
+    `worker_connections` with none idle), `unread_answers`, `write_stalled` and
+    `pipelined_too_deep` (closed without an answer: a client that does not read).
+
+    `api_queue_delay_seconds` (per worker, the largest of the live workers' when merged):
+    the shortest time a request of the last second waited between reaching the host and
+    its head being read, the accept queue included; what an autoscaler follows
+    (`docs/scaling.md`).
     """
 
     def __init__(self) -> None:
@@ -199,6 +207,13 @@ class ConnectionMetrics:
             "Client connections the server closed or refused, by reason.",
             ("reason",),
             registry=self.registry,
+        )
+        self.queue_delay = Gauge(
+            "api_queue_delay_seconds",
+            "Shortest wait of a request in the last second, from reaching the host to its head "
+            "being read (the accept queue included), seconds.",
+            registry=self.registry,
+            multiprocess_mode="livemax",
         )
 
     def closed(self, reason: str) -> None:

@@ -62,6 +62,8 @@ class RequestContext:
         error_field: error answers also carry their detail as text under `error`, the Open
             Inference Protocol's error shape (`api.request.errors`); set by the middleware
             on the paths that speak it.
+        credential_id: the client the front door accepted (`key:<id>`, `jwt:<subject>`;
+            `api.security.front_door`), None without authentication.
     """
 
     request_id: str
@@ -71,6 +73,7 @@ class RequestContext:
     model_name: str | None = None
     model_version: int | None = None
     error_field: bool = False
+    credential_id: str | None = None
 
     @classmethod
     def detached(cls) -> RequestContext:

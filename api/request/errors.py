@@ -11,6 +11,9 @@ the request's `X-Request-ID` (see `api.request.context`). `code` is one of:
 
 | status | code | when |
 | --- | --- | --- |
+| 401 | `unauthenticated` | no, or no valid, credential (`api.security.front_door`; `WWW-Authenticate`) |
+| 403 | `insufficient_scope` | a valid credential without the path's scope |
+| 429 | `rate_limited` | over the client's rate limit (with `Retry-After`) |
 | 404, 405, ... | `not_found`, `method_not_allowed`, ... | Starlette's HTTP errors |
 | 413 | `payload_too_large` | body over `MAX_BODY_BYTES` (`api.request.admission.rules`) |
 | 422 | `validation_error` | the body or a header failed validation |

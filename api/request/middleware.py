@@ -6,10 +6,16 @@ memory stream per request), installed once, outermost among the app's own middle
 
 1. takes the caller's `X-Request-ID` when it is 1-128 characters of `[A-Za-z0-9._:-]`,
    else makes one, and makes a fresh `api.request.context.RequestContext` current, with
-   the request's one `Deadline`, so the route can record stages and read the deadline and
+   the request's one `Deadline`, from the request's arrival at the host when the HTTP server
+   says (`http_hardening.admission`: its wait in the accept queue counts against its
+   budget; one that waited its whole budget is answered 503 `overloaded` before any work),
+   so the route can record stages and read the deadline and
    the serving client can forward the id; tells the loop monitor which route this task
    serves (blocks name it);
-2. applies the admission limits of `api.request.admission.rules` (503 `overloaded`, 422 for
+2. asks the front door (`api.security.front_door`, when authentication or rate limits are on)
+   first: 401, 403 and 429 are answered before any other rule, and the accepted client's
+   credential id goes into the context (and the access log);
+   then applies the admission limits of `api.request.admission.rules` (503 `overloaded`, 422 for
    a bad `X-Request-Timeout-Ms`, 413 by `Content-Length`), and while the app runs, bounds
    the body's arrival by the deadline (408), counts a streamed body's bytes (413) and checks
    that a multipart body ends with its closing boundary (400);
@@ -50,7 +56,9 @@ from api.request.admission.in_flight import InFlightBoard
 from api.request.admission.rules import BadTimeoutHeader, Limits, MultipartCloseWatch, declared_length
 from api.request.context import REQUEST_ID_HEADER, RequestContext, bind, new_request_id, unbind
 from api.request.errors import RETRY_AFTER_S, error_response, response_for
+from api.security.front_door import FrontDoor, Refusal
 from api.serving_client import Deadline, ServingError
+from http_hardening.admission import arrival_of
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
@@ -130,6 +138,7 @@ class RequestMiddleware:
         tracing: the request spans' maker; None: tracing is off.
         error_field_prefixes: paths under these answer errors with the Open Inference
             Protocol's `error` field too (`RequestContext.error_field`).
+        front_door: authentication and rate limits, asked first; None when both are off.
     """
 
     def __init__(
@@ -143,9 +152,11 @@ class RequestMiddleware:
         access_log: AccessLog,
         tracing: Tracing | None = None,
         error_field_prefixes: tuple[str, ...] = (),
+        front_door: FrontDoor | None = None,
     ) -> None:
         self.app = app
         self._error_field_prefixes = error_field_prefixes
+        self.front_door = front_door
         self.limits = limits
         self.in_flight = in_flight
         self._metrics = metrics
@@ -159,7 +170,9 @@ class RequestMiddleware:
             await self.app(scope, receive, send)
             return
         limits = self.limits
-        started = time.monotonic()
+        # The request's clock starts when its bytes reached the host, as the HTTP server read
+        # it from the kernel (the accept queue counts against the budget), else now.
+        started = arrival_of(scope, time.monotonic())
         ctx = RequestContext(request_id_from(scope), started, Deadline(started + limits.request_timeout_s))
         token = bind(ctx)
         task = asyncio.current_task()
@@ -232,7 +245,7 @@ class RequestMiddleware:
                 if counting:
                     received += len(message.get("body", b""))
                     if received > limit:
-                        cut = (413, "payload_too_large", f"request body is larger than {limit} bytes")
+                        cut = (413, "payload_too_large", limits.too_large(path))
                         raise _BodyCut
                 body_done = not message.get("more_body", False)
                 if multipart is not None:
@@ -278,6 +291,13 @@ class RequestMiddleware:
         """The answer to a request refused before the app runs (`api.request.admission.rules`, in its order),
         or None; lowers `ctx.deadline` when the timeout header asks."""
         limits = self.limits
+        if self.front_door is not None:
+            client = scope.get("client")
+            verdict = self.front_door.check(scope["path"], scope["headers"], client[0] if client else None)
+            if verdict is not None:
+                ctx.credential_id = verdict.credential_id
+            if isinstance(verdict, Refusal):
+                return error_response(verdict.status, verdict.code, verdict.detail, verdict.headers)
         if counted and self.in_flight.full():
             busy, limit = self.in_flight.totals()
             detail = f"at the limit of requests in flight ({busy} of {limit}, {limits.max_in_flight} per worker)"
@@ -288,8 +308,13 @@ class RequestMiddleware:
             return error_response(422, "validation_error", exc.detail)
         if budget != limits.request_timeout_s:
             ctx.deadline = Deadline(ctx.started + budget)
+        if counted and ctx.deadline.remaining() <= 0:
+            # Stale: it waited its whole budget before it was read. Dropped before any work.
+            waited_ms = (time.monotonic() - ctx.started) * 1000
+            detail = f"the request waited {waited_ms:.0f} ms before it was read, past its {budget * 1000:g} ms budget"
+            return error_response(503, "overloaded", detail, {"Retry-After": str(RETRY_AFTER_S)})
         if declared is not None and declared > limit:
-            return error_response(413, "payload_too_large", f"request body is larger than {limit} bytes")
+            return error_response(413, "payload_too_large", limits.too_large(scope["path"]))
         return None
 
     def _record(
@@ -330,6 +355,7 @@ class RequestMiddleware:
                     "model_version": ctx.model_version,
                     "client": f"{client[0]}:{client[1]}" if client else None,
                     **trace_fields,
+                    "credential": ctx.credential_id,
                 },
             )
 

@@ -38,6 +38,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.datastructures import UploadFile as FormFile
 
 from api.config.enabled_routes import ConfiguredRoute
+from api.config.settings import Settings
 from api.inference.served_model import ServedModel
 from api.inference.tensors import example_inputs, example_outputs
 from api.model_routes import FileUpload, InvalidInput, ModelInfo, Prediction, Upload
@@ -163,7 +164,8 @@ class ModelEndpoint:
         limit = self.configured.max_upload_bytes
         data = await file.read(limit + 1)
         if len(data) > limit:
-            raise PayloadTooLarge(f"{declared.field} is larger than {limit} bytes")
+            setting = Settings.model_setting_variable(self._route.name, "max_body_bytes")
+            raise PayloadTooLarge(f"{declared.field} is larger than {limit} bytes (raise the limit with {setting})")
         upload = Upload(data, file.filename, file.content_type)
         if declared.media_types and file.content_type not in declared.media_types:
             accepted = ", ".join(declared.media_types)

@@ -77,6 +77,10 @@ class ClientConfig:
         coalescing: merge concurrent predicts per model (`CoalescingClient`); None: off.
         rest_socket_path: serving's REST API on a Unix-domain socket of this host (REST
             only): calls go there, one replica, instead of to `rest_targets`.
+        max_response_bytes: a Predict answer at most, bytes (REST: its body; gRPC: the
+            channel's max receive message size, at least `OTHER_RESPONSE_BYTES`); over it
+            the call fails at once, 502 `serving_bad_response`. None: no bound (gRPC's
+            `MAX_MESSAGE_BYTES`).
     """
 
     protocol: Literal["rest", "grpc"] = "rest"
@@ -93,6 +97,7 @@ class ClientConfig:
     probe_model_names: Sequence[str] = ()
     coalescing: CoalescingConfig | None = None
     rest_socket_path: str | None = None
+    max_response_bytes: int | None = None
 
 
 @asynccontextmanager
@@ -129,7 +134,12 @@ async def open_serving_client(
         targets = [hp for hp in parsed if hp is not None]
 
         def make_replica(address: Address | str) -> ServingClient:
-            return GrpcTransport(str(address), call_timeout_s=config.call_timeout_s, metadata=metadata)
+            return GrpcTransport(
+                str(address),
+                call_timeout_s=config.call_timeout_s,
+                metadata=metadata,
+                max_receive_bytes=config.max_response_bytes,
+            )
 
     else:
         from api.serving_client._rest import RestTransport
@@ -153,6 +163,7 @@ async def open_serving_client(
                 call_timeout_s=config.call_timeout_s,
                 connect_timeout_s=config.connect_timeout_s,
                 metadata=metadata,
+                max_response_bytes=config.max_response_bytes,
             )
 
         async def retire(replica: ServingClient) -> None:

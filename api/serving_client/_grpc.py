@@ -50,6 +50,9 @@ from api.serving_client._types import (
 from canonical_codes import Code
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+#: The least max receive message size when a Predict bound is given: model status and
+#: metadata answers are a few KB to tens of KB (as `_rest.OTHER_RESPONSE_BYTES`).
+OTHER_RESPONSE_BYTES = 1024 * 1024
 _Request = TypeVar("_Request", bound=Message)
 _Response = TypeVar("_Response", bound=Message)
 
@@ -79,13 +82,29 @@ class GrpcTransport:
         call_timeout_s: upper bound of one call, seconds; the request's deadline
             usually ends it sooner.
         metadata: gRPC metadata added to every call, read per call (e.g. the request id).
+        max_receive_bytes: the channel's max receive message size, bytes (at least
+            `OTHER_RESPONSE_BYTES`, for model status and metadata); None: `MAX_MESSAGE_BYTES`.
     """
 
-    def __init__(self, target: str, *, call_timeout_s: float, metadata: MetadataProvider = no_metadata) -> None:
+    def __init__(
+        self,
+        target: str,
+        *,
+        call_timeout_s: float,
+        metadata: MetadataProvider = no_metadata,
+        max_receive_bytes: int | None = None,
+    ) -> None:
         self.target = target
         self._call_timeout_s = call_timeout_s
         self._metadata = metadata
-        self._channel = grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
+        options = CHANNEL_OPTIONS
+        if max_receive_bytes is not None:
+            # gRPC's max receive message size: a larger answer fails RESOURCE_EXHAUSTED before
+            # the message is held whole (a faulty replica cannot OOM the worker).
+            receive = max(max_receive_bytes, OTHER_RESPONSE_BYTES)
+            options = (*(o for o in CHANNEL_OPTIONS if o[0] != "grpc.max_receive_message_length"),
+                       ("grpc.max_receive_message_length", receive))  # fmt: skip
+        self._channel = grpc.aio.insecure_channel(target, options=options)
         prediction_service = prediction_service_pb2_grpc.PredictionServiceStub(self._channel)
         self._predict = prediction_service.Predict
         self._metadata_call = prediction_service.GetModelMetadata

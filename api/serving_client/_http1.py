@@ -90,6 +90,12 @@ class RemoteProtocolError(Http1Error):
     """The server's bytes are not a valid HTTP/1.1 response."""
 
 
+class ResponseTooLarge(Http1Error):
+    """The response's body is over the request's `max_response_bytes` (announced by its
+    Content-Length, or counted as it arrived): the exchange is abandoned at once and the
+    connection dropped, so a faulty replica cannot make a worker hold an unbounded body."""
+
+
 # --- messages ----------------------------------------------------------------------------
 
 
@@ -216,9 +222,9 @@ class _Connection(asyncio.Protocol):
     """
 
     __slots__ = (
-        "_body", "_got_bytes", "_headers", "_headers_done", "_keep_alive", "_parser",
-        "_pool", "_reason", "_reused", "_status", "_transport", "_until_close", "_waiter",
-        "closed", "idle", "idle_since", "served",
+        "_body", "_body_bytes", "_got_bytes", "_headers", "_headers_done", "_keep_alive",
+        "_max_body", "_parser", "_pool", "_reason", "_reused", "_status", "_transport",
+        "_until_close", "_waiter", "closed", "idle", "idle_since", "served",
     )  # fmt: skip
 
     def __init__(self, pool: ConnectionPool) -> None:
@@ -232,6 +238,8 @@ class _Connection(asyncio.Protocol):
         self._reason = b""
         self._headers: dict[str, str] = {}
         self._body: list[bytes] = []
+        self._body_bytes = 0
+        self._max_body: int | None = None  # of the exchange in progress
         self._headers_done = False
         self._until_close = False
         self._keep_alive = True
@@ -242,8 +250,9 @@ class _Connection(asyncio.Protocol):
 
     # -- driven by the pool
 
-    def exchange(self, head: bytes, body: bytes | None) -> asyncio.Future[Response]:
-        """Send one request; the future of its response.
+    def exchange(self, head: bytes, body: bytes | None, max_body: int | None = None) -> asyncio.Future[Response]:
+        """Send one request; the future of its response (whose body may be `max_body` bytes
+        at most, else it fails with `ResponseTooLarge`).
 
         Raises:
             ServerDisconnected: the connection is already closing (stale if reused).
@@ -257,6 +266,7 @@ class _Connection(asyncio.Protocol):
         self._waiter = waiter
         self._reused = reused
         self._got_bytes = False
+        self._max_body = max_body
         if body is None or not body:
             transport.write(head)
         elif len(body) < _SEPARATE_WRITE_BYTES:
@@ -355,9 +365,22 @@ class _Connection(asyncio.Protocol):
             and "content-length" not in headers
             and "transfer-encoding" not in headers
         )
+        limit = self._max_body
+        announced = headers.get("content-length", "")
+        if limit is not None and announced.isdigit() and int(announced) > limit:
+            self._too_large(f"{announced} bytes announced")
 
     def on_body(self, body: bytes) -> None:
+        self._body_bytes += len(body)
+        limit = self._max_body
+        if limit is not None and self._body_bytes > limit:
+            self._too_large(f"over {self._body_bytes} bytes so far")
+            return
         self._body.append(body)
+
+    def _too_large(self, what: str) -> None:
+        self._body = []
+        self._fail(ResponseTooLarge(f"serving's response is larger than {self._max_body} bytes ({what})"))
 
     def on_message_complete(self) -> None:
         if self._status < 200:
@@ -388,6 +411,7 @@ class _Connection(asyncio.Protocol):
         self._reason = b""
         self._headers = {}
         self._body = []
+        self._body_bytes = 0
         self._headers_done = False
         self._until_close = False
 
@@ -415,6 +439,7 @@ class Pool(Protocol):
         timeout: float,
         connect_timeout: float,
         fresh: bool = False,
+        max_response_bytes: int | None = None,
     ) -> Response: ...
 
     async def aclose(self) -> None: ...
@@ -474,6 +499,7 @@ class ConnectionPool:
         timeout: float,
         connect_timeout: float,
         fresh: bool = False,
+        max_response_bytes: int | None = None,
     ) -> Response:
         """Send one request and read its whole response.
 
@@ -487,6 +513,7 @@ class ConnectionPool:
                 cancels cleanly.
             connect_timeout: seconds a new TCP connection may take.
             fresh: do not reuse an idle connection (the retry of a `stale` failure).
+            max_response_bytes: the response's body at most, bytes; None: no bound.
 
         Returns:
             the response, whatever its status.
@@ -496,6 +523,7 @@ class ConnectionPool:
             PoolTimeout: every connection stayed busy for `timeout`.
             ServerDisconnected, ReadError, WriteError, RemoteProtocolError: the
                 exchange failed; the connection is closed (see `Http1Error.stale`).
+            ResponseTooLarge: the body is over `max_response_bytes`; the connection is dropped.
             PoolClosed: after `aclose`.
             ValueError: a path or header that would break the request's framing.
         """
@@ -504,7 +532,7 @@ class ConnectionPool:
         if conn is None:
             conn = await self._acquire(timeout, connect_timeout, fresh)
         try:
-            response = await conn.exchange(head, body)
+            response = await conn.exchange(head, body, max_response_bytes)
         except BaseException:
             # Failed, cancelled or timed out mid-exchange: a late answer may still be
             # on its way on this connection, so it is never handed out again.
@@ -744,11 +772,15 @@ class _MockPool:
         timeout: float,
         connect_timeout: float,
         fresh: bool = False,
+        max_response_bytes: int | None = None,
     ) -> Response:
         head = _head(method, path, self.origin.removeprefix("http://"), headers, body, content_type)
         lines = head.decode("latin-1").split("\r\n")[1:-2]
         sent = {name.lower(): value for name, _, value in (line.partition(": ") for line in lines)}
-        return self._handler(Request(method, self.origin + path, path, sent, body or b""))
+        response = self._handler(Request(method, self.origin + path, path, sent, body or b""))
+        if max_response_bytes is not None and len(response.body) > max_response_bytes:
+            raise ResponseTooLarge(f"serving's response is larger than {max_response_bytes} bytes")
+        return response
 
     async def aclose(self) -> None:
         pass

@@ -37,6 +37,7 @@ from api.serving_client._http1 import (
     PoolTimeout,
     ReadError,
     RemoteProtocolError,
+    ResponseTooLarge,
     ServerDisconnected,
     WriteError,
 )
@@ -54,6 +55,7 @@ from api.serving_client._types import (
 # for a while); a connection that died under a request does not: it is usually a pooled
 # connection serving closed while idle, which `_call` retries once on a fresh one.
 _TRANSPORT_ERRORS: tuple[tuple[type[Exception], type[ServingError], bool, str], ...] = (
+    (ResponseTooLarge, ServingBadResponse, False, "serving's answer is over the response bound"),
     (ConnectTimeout, ServingUnavailable, True, "connect timed out"),
     (PoolTimeout, ServingTimeout, False, "no free connection to serving in time"),
     (ConnectError, ServingUnavailable, True, UNREACHABLE),
@@ -64,6 +66,10 @@ _TRANSPORT_ERRORS: tuple[tuple[type[Exception], type[ServingError], bool, str], 
     (Http1Error, ServingUnavailable, False, "transport error"),
 )
 
+#: The bound of a model status or metadata answer (a few KB; a large signature's metadata tens
+#: of KB), bytes, when the Predict bound is lower.
+OTHER_RESPONSE_BYTES = 1024 * 1024
+
 # The body of every REST call we send (TF Serving's JSON API).
 _JSON = "application/json"
 
@@ -72,7 +78,8 @@ def translate_transport_error(exc: Exception, target: str) -> ServingError:
     """The `ServingError` for an `_http1` exception (table `_TRANSPORT_ERRORS`)."""
     for transport_cls, cls, replica_down, what in _TRANSPORT_ERRORS:
         if isinstance(exc, transport_cls):
-            return cls(f"{what} ({type(exc).__name__})", replica_down=replica_down, target=target)
+            return cls(f"{what} ({exc})" if isinstance(exc, ResponseTooLarge) else f"{what} ({type(exc).__name__})",
+                       replica_down=replica_down, target=target)  # fmt: skip
     raise TypeError(f"not a transport error: {exc!r}")
 
 
@@ -87,6 +94,9 @@ class RestTransport:
             usually ends it sooner.
         connect_timeout_s: TCP connect timeout, seconds (also capped by the deadline).
         metadata: headers added to every call, read per call (e.g. the request id).
+        max_response_bytes: a Predict answer's body at most, bytes (`ClientConfig`); other
+            calls' at most `max(max_response_bytes, OTHER_RESPONSE_BYTES)`. Over it: 502
+            `serving_bad_response` at once, the connection dropped. None: no bound.
     """
 
     def __init__(
@@ -97,8 +107,11 @@ class RestTransport:
         call_timeout_s: float,
         connect_timeout_s: float,
         metadata: MetadataProvider = no_metadata,
+        max_response_bytes: int | None = None,
     ) -> None:
         self.target = base_url.rstrip("/")
+        self._max_predict = max_response_bytes
+        self._max_other = None if max_response_bytes is None else max(max_response_bytes, OTHER_RESPONSE_BYTES)
         self._pool = http.pool(self.target)
         self._call_timeout_s = call_timeout_s
         self._connect_timeout_s = connect_timeout_s
@@ -117,7 +130,7 @@ class RestTransport:
             body = _json.predict_body(request)
         except (TypeError, ValueError) as exc:
             raise ServingRejected(f"an input cannot be written as JSON ({exc})") from exc
-        answer = await self._call("POST", _json.predict_path(request), deadline, body)
+        answer = await self._call("POST", _json.predict_path(request), deadline, body, max_bytes=self._max_predict)
         try:
             return _json.predict_response(answer, request)
         except ServingError as exc:
@@ -155,8 +168,12 @@ class RestTransport:
     async def aclose(self) -> None:
         """Nothing to release: the shared `Http1Client` is closed by its owner."""
 
-    async def _call(self, method: str, path: str, deadline: Deadline, body: bytes | None = None) -> Any:
+    async def _call(
+        self, method: str, path: str, deadline: Deadline, body: bytes | None = None, *, max_bytes: int | None = None
+    ) -> Any:
         """Send one request within the deadline; the parsed JSON body of a 2xx answer."""
+        if max_bytes is None:
+            max_bytes = self._max_other
         budget = call_budget(deadline, self._call_timeout_s, self.target)
         connect_timeout = min(budget, self._connect_timeout_s)
         headers = self._metadata()
@@ -170,7 +187,7 @@ class RestTransport:
                 try:
                     response = await pool.request(
                         method, path, headers=headers, body=body, content_type=content_type,
-                        timeout=budget, connect_timeout=connect_timeout,
+                        timeout=budget, connect_timeout=connect_timeout, max_response_bytes=max_bytes,
                     )  # fmt: skip
                 except Http1Error as exc:
                     if not exc.stale:
@@ -180,7 +197,7 @@ class RestTransport:
                     # once, on a new connection, within the same deadline.
                     response = await pool.request(
                         method, path, headers=headers, body=body, content_type=content_type,
-                        timeout=budget, connect_timeout=connect_timeout, fresh=True,
+                        timeout=budget, connect_timeout=connect_timeout, fresh=True, max_response_bytes=max_bytes,
                     )  # fmt: skip
         except TimeoutError:
             raise ServingTimeout(DEADLINE_PASSED, target=self.target) from None

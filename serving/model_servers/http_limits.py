@@ -56,6 +56,7 @@ from serving.util.request_limits import (
     body_too_large,
     buffered_bodies_full,
     head_too_large,
+    missing_host,
     read_timed_out,
     shutting_down,
     uri_too_long,
@@ -97,6 +98,8 @@ class HeadLimitedProtocol(HardenedHttpProtocol):
             return read_timed_out(self._limits.read_timeout_s, "head")
         if refusal is Refusal.SHUTDOWN:
             return shutting_down(self._limits.shutdown_read_timeout_s)
+        if refusal is Refusal.MISSING_HOST:
+            return missing_host()
         return head_too_large(self._limits.max_header_bytes)  # the only field limit here is the head's
 
 

@@ -167,6 +167,17 @@ def uri_too_long() -> LimitExceeded:
     )
 
 
+def missing_host() -> LimitExceeded:
+    """400 / INVALID_ARGUMENT: an HTTP/1.1 request without exactly one ``Host`` field (RFC 9112,
+    section 3.2: the server MUST answer 400)."""
+    return LimitExceeded(
+        Code.INVALID_ARGUMENT,
+        "HTTP/1.1 request without exactly one Host header field (RFC 9112, section 3.2)",
+        reason="missing_host",
+        http_status=400,
+    )
+
+
 def read_timed_out(timeout_s: float, part: str) -> LimitExceeded:
     """408: the request's ``part`` (``head`` or ``body``) did not arrive in time."""
     return LimitExceeded(

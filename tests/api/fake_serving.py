@@ -34,7 +34,7 @@ import orjson
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 OUTPUT_NAMES = {"fraud": "fraud_score", "digits": "probabilities"}
@@ -81,6 +81,7 @@ class FakeModel:
         self.open.set()
         self.service_s = service_s
         self.slots = asyncio.Semaphore(slots) if slots else None
+        self.huge_bytes = 0  # > 0: predicts answer a body this large (POST /_fake/huge?bytes=N)
 
     async def predict(self, rows: list[list[float]]) -> list[float]:
         self.pending += 1
@@ -119,6 +120,12 @@ def rest_app(model: FakeModel) -> Starlette:
             (rows,) = inputs.values()
             flat_rows = [_flatten(r) for r in rows]
             scores = await model.predict(flat_rows)
+            if model.huge_bytes:  # a faulty replica: announces (and streams) a huge body
+                return StreamingResponse(
+                    _zeros(model.huge_bytes),
+                    media_type="application/json",
+                    headers={"content-length": str(model.huge_bytes)},
+                )
             return Response(orjson.dumps({"outputs": [[s] for s in scores]}), media_type="application/json")
         return error(404, f"no such endpoint: {request.method} {rest}")
 
@@ -130,6 +137,10 @@ def rest_app(model: FakeModel) -> Starlette:
         model.open.set()
         return JSONResponse({"held": False})
 
+    async def huge(request: Request) -> Response:
+        model.huge_bytes = int(request.query_params.get("bytes", "0"))
+        return JSONResponse({"huge_bytes": model.huge_bytes})
+
     async def stats(request: Request) -> Response:
         return JSONResponse({"batches": model.batches, "pending": model.pending})
 
@@ -139,8 +150,16 @@ def rest_app(model: FakeModel) -> Starlette:
             Route("/_fake/hold", hold, methods=["POST"]),
             Route("/_fake/release", release, methods=["POST"]),
             Route("/_fake/stats", stats, methods=["GET"]),
+            Route("/_fake/huge", huge, methods=["POST"]),
         ]
     )
+
+
+async def _zeros(size: int) -> Any:
+    chunk = b"0" * (1 << 20)
+    while size > 0:
+        yield chunk[:size]
+        size -= len(chunk)
 
 
 def _flatten(value: Any) -> list[float]:

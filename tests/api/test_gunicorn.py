@@ -29,6 +29,7 @@ from tests.support import (
     Serving,
     free_port,
     http_ok,
+    ops_url,
     start_gunicorn,
     wait_until,
 )
@@ -128,7 +129,7 @@ def test_two_workers_share_metrics_stay_small_and_stop_cleanly(
             answers = list(
                 pool.map(lambda b: c.post("/v1/fraud/score", json=b), bodies[:N_REQUESTS])
             )
-        assert [a.status_code for a in answers] == [200] * N_REQUESTS
+        assert [a.status_code for a in answers] == [200] * N_REQUESTS, [a.text for a in answers if a.status_code != 200]
         sent = N_REQUESTS
         first = answers[0]
         assert first.headers["x-model-version"] == str(first.json()["model"]["version"])
@@ -148,9 +149,16 @@ def test_two_workers_share_metrics_stay_small_and_stop_cleanly(
         assert min(per_worker.values()) > 0, per_worker
         assert sum(per_worker.values()) == sent
 
-        # Every scrape, whichever worker answers it, sees every worker's requests.
+        # Every scrape of the operational port sees every worker's requests; the public port
+        # serves neither the metrics nor the docs.
+        assert httpx.get(f"{base}/metrics", timeout=10.0).status_code == 404
+        assert httpx.get(f"{base}/docs", timeout=10.0).status_code == 404
+        wait_until(lambda: http_ok(ops_url(gunicorn) + "/healthz"), 30, "the operational port")
+        assert "swagger-ui-bundle.js" in httpx.get(ops_url(gunicorn) + "/docs", timeout=10.0).text
+        assert httpx.get(ops_url(gunicorn) + "/docs/assets/swagger-ui-bundle.js", timeout=10.0).status_code == 200
+        assert "/v1/fraud/score" in httpx.get(ops_url(gunicorn) + "/openapi.json", timeout=10.0).json()["paths"]
         for _ in range(4):
-            text = httpx.get(f"{base}/metrics", timeout=10.0).text
+            text = httpx.get(ops_url(gunicorn) + "/metrics", timeout=10.0).text
             assert metric_total(text, FRAUD_COUNT, route="/v1/fraud/score", status="200") == sent
             assert metric_total(text, STAGE_COUNT, stage="serving") == sent
         rss = {pid: vm_rss_kb(pid) for pid in [gunicorn.popen.pid, *workers]}

@@ -26,7 +26,7 @@ import pytest
 import requests
 
 from tests.api.test_gunicorn import children
-from tests.support import Process, free_port, http_ok, start_gunicorn, wait_until
+from tests.support import Process, free_port, http_ok, ops_url, start_gunicorn, wait_until
 
 pytestmark = pytest.mark.http_hardening  # on uvicorn's internals: .ci/run runs these on its newest release too
 
@@ -95,7 +95,7 @@ def test_floods_of_idle_slow_and_huge_heads_leave_the_workers_answering(gunicorn
         # already closed to make room for newer connections).
         time.sleep(1.5)
         assert http_ok(base + "/healthz")
-        metrics = httpx.get(base + "/metrics", timeout=5).text
+        metrics = httpx.get(ops_url(proc) + "/metrics", timeout=5).text
         assert 'api_connections_closed_total{reason="evicted"}' in metrics
     finally:
         for s in idle + slow:

@@ -249,7 +249,7 @@ def test_urllib_reads_an_early_413_on_a_large_body(running: Running) -> None:
     assert caught.value.code == 413
 
 
-@pytest.mark.limits(linger_max_bytes=1 << 20)
+@pytest.mark.limits(linger_max_bytes=1 << 20, linger_declared_max_bytes=1 << 20)
 def test_a_body_after_an_early_answer_is_discarded_up_to_a_bound_then_the_connection_closes(
     running: Running,
 ) -> None:

@@ -101,3 +101,50 @@ def test_one_worker_may_take_the_share_of_another_that_accepted_nothing(tmp_path
         fake.release()
         gunicorn.stop()
         fake.proc.stop()
+
+
+def _run_with_bound(fn, timeout_s: float) -> bool:
+    """Run `fn` in a thread; True when it returned within `timeout_s` (a blocked lock: False)."""
+    done = threading.Event()
+
+    def run() -> None:
+        fn()
+        done.set()
+
+    threading.Thread(target=run, daemon=True).start()
+    return done.wait(timeout_s)
+
+
+def test_a_worker_killed_while_it_holds_the_shared_state_blocks_no_one() -> None:
+    """A worker SIGKILLed in the middle of changing the table (inside `claim`, between
+    taking the slot table and letting go of it) must leave the board usable by the others:
+    `full()` answers, and a respawned worker's `claim()` gets a slot."""
+    board = InFlightBoard(per_worker=2)
+    board.claim()
+    inside, told = os.pipe()
+    child = os.fork()
+    if child == 0:  # a worker that dies while it holds the table
+        def stuck() -> None:
+            os.write(told, b"x")
+            time.sleep(60)
+
+        board._free_dead_slots = stuck  # type: ignore[method-assign]  # called while the table is held
+        board.claim()
+        os._exit(0)
+    assert os.read(inside, 1) == b"x"
+    os.kill(child, signal.SIGKILL)
+    os.waitpid(child, 0)
+    board._looked_at = float("-inf")  # the next look also frees dead slots, as once a second
+    assert _run_with_bound(board.full, 5.0), "full() blocked on the dead worker's hold"
+    respawned: list[int] = []
+
+    def claim_in_a_new_worker() -> None:
+        pid = os.fork()
+        if pid == 0:
+            board.claim()
+            os._exit(0 if not board.full() else 3)
+        respawned.append(os.waitpid(pid, 0)[1])
+
+    assert _run_with_bound(claim_in_a_new_worker, 10.0), "a respawned worker's claim() blocked"
+    assert respawned == [0]
+    board.release()

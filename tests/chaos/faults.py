@@ -7,8 +7,12 @@ Three stacks, all on 127.0.0.1 with free ports:
   an open-files limit of 1024, soft and hard (a common container default). Faults, in order:
   `idle-flood` (2,500 connections that never send a byte), `slowloris` (2,000 connections
   sending their head a byte a second), `huge-headers` (4 clients sending 50 MB headers in
-  a loop), `hung-replica` (one replica SIGSTOPped for most of the run), `killed-replica`
-  (one SIGKILLed), `sigterm` (the gunicorn master, mid-load).
+  a loop), `metrics-flood` (16 clients scraping the operational port's `/metrics` back to
+  back), `slow-reader` (20 connections pipelining score requests and never reading: cut off,
+  worker RSS back within 20 MB), `huge-response` (one replica answering 200 MB bodies: its share 502 at once,
+  worker RSS back within 20 MB), `hung-replica` (one replica SIGSTOPped for most of the run), `killed-replica`
+  (one SIGKILLed), `killed-worker` (one gunicorn worker SIGKILLed: its in-flight requests
+  lost, the rest served, a worker respawned), `sigterm` (the gunicorn master, mid-load).
 - **events-disk-full**: the API with `EVENTS_JSONL_PATH` on a file system that fills during
   the run: a 1 MiB tmpfs when this process may mount one (root), else a 4 MiB file-size
   limit (RLIMIT_FSIZE) on the API's processes; either way the file is first filled to 48 KiB
@@ -40,6 +44,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -48,6 +53,7 @@ from tests.chaos.load import LoadResult, OpenLoopLoad
 from tests.support import (
     free_port,
     http_ok,
+    ops_url,
     run_server_env,
     start_gunicorn,
     start_run_server,
@@ -65,8 +71,12 @@ FAULTS = (
     "idle-flood",
     "slowloris",
     "huge-headers",
+    "metrics-flood",
+    "slow-reader",
+    "huge-response",
     "hung-replica",
     "killed-replica",
+    "killed-worker",
     "sigterm",
     "events-disk-full",
     "one-container",
@@ -153,13 +163,18 @@ class Gunicorn:
         return http_ok(self.url + "/readyz") and len(children(self.proc.popen.pid)) == 2
 
     def metric(self, name: str, **labels: str) -> float:
-        text = httpx.get(self.url + "/metrics", timeout=5).text
+        text = httpx.get(ops_url(self.proc) + "/metrics", timeout=5).text
         pattern = re.escape(name) + r"\{([^}]*)\} ([0-9.e+]+)"
         total = 0.0
         for found_labels, value in re.findall(pattern, text):
             if all(f'{k}="{v}"' in found_labels for k, v in labels.items()):
                 total += float(value)
         return total
+
+
+def ops_port(api: Gunicorn) -> int:
+    """The operational port (`API_OPS_BIND`) of the API under gunicorn."""
+    return int(urlsplit(ops_url(api.proc)).port or 0)
 
 
 def under_load(
@@ -213,15 +228,50 @@ def replicas_faults(tmp: Path, names: list[str], rate: float, seconds: float) ->
             ("idle-flood", lambda notes: attack("idle", api.port, 2500, attack_s, notes)),
             ("slowloris", lambda notes: attack("slow", api.port, 2000, attack_s, notes)),
             ("huge-headers", lambda notes: attack("huge", api.port, 4, attack_s, notes, **{"header-mb": "50"})),
+            # Scrapes back to back on the operational port: scoring and probes unaffected.
+            ("metrics-flood", lambda notes: attack("scrape", ops_port(api), 16, attack_s, notes)),
+            ("slow-reader", lambda notes: attack("unread", api.port, 20, attack_s, notes)),
+            ("huge-response", lambda notes: huge_response(fakes[0], attack_s - 1.0, notes)),
             ("hung-replica", lambda notes: hang(fakes[1], attack_s - 1.0, notes)),
             ("killed-replica", lambda notes: kill(fakes[2], notes)),
+            ("killed-worker", lambda notes: kill_worker(master, notes)),
         ]
         for name, make in plan:
             if name in names:
                 notes: list[str] = []
+                before = workers_rss_mb(master)
                 outcome = under_load(name, api.url, master, make(notes), rate=rate, seconds=seconds)
                 outcome.notes += notes
-                outcome.expect_defaults()
+                if name == "killed-worker":
+                    # What that worker had in flight is lost with it (a SIGKILL); the other
+                    # worker, the respawned one and the probes must not wait on it.
+                    outcome.expect(outcome.load.lost <= MAX_IN_FLIGHT_PER_WORKER, "lost at most its requests in flight")
+                    outcome.expect(outcome.restarted == 1, "one worker respawned")
+                    share = outcome.load.within_budget / max(1, outcome.load.sent)
+                    outcome.expect(share >= MIN_WITHIN_BUDGET, f">= 90% within budget (was {share:.0%})")
+                    outcome.expect(http_ok(api.url + "/readyz") and len(children(master)) == 2, "ready, 2 workers")
+                elif name == "huge-response":
+                    # One replica of three faulty: its third of the answers is 502 at once,
+                    # and the workers hold none of its bodies afterwards.
+                    outcome.expect(outcome.load.lost == 0, "nothing lost")
+                    outcome.expect(outcome.restarted == 0, "no worker restarted")
+                    failed = outcome.load.failed()
+                    outcome.expect(set(failed) <= {"502"}, f"every failure a 502 (were {failed})")
+                    after = settled_rss_mb(master, before)
+                    outcome.notes.append(f"worker RSS MB before {before}, after {after}")
+                    outcome.expect(
+                        all(after.get(pid, 0) - mb <= RSS_SLACK_MB for pid, mb in before.items()),
+                        f"worker RSS back within {RSS_SLACK_MB} MB of its baseline",
+                    )
+                else:
+                    outcome.expect_defaults()
+                if name == "slow-reader":
+                    after = settled_rss_mb(master, before)
+                    outcome.notes.append(f"worker RSS MB before {before}, after {after}")
+                    outcome.expect(
+                        all(after.get(pid, 0) - mb <= RSS_SLACK_MB for pid, mb in before.items()),
+                        f"worker RSS back within {RSS_SLACK_MB} MB of its baseline",
+                    )
                 yield outcome
         if "sigterm" in names:
             # Every connection kept alive: a request sent on one just as the worker shuts down
@@ -247,6 +297,59 @@ def replicas_faults(tmp: Path, names: list[str], rate: float, seconds: float) ->
             with suppress(ProcessLookupError):
                 os.kill(fake.proc.popen.pid, signal.SIGCONT)
             fake.proc.stop()
+
+
+RSS_SLACK_MB = 20
+
+
+def workers_rss_mb(master: int) -> dict[int, int]:
+    """Each gunicorn worker's resident set (VmRSS), MB, by pid."""
+    found: dict[int, int] = {}
+    for pid in children(master):
+        with suppress(OSError):
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    found[pid] = int(line.split()[1]) // 1024
+    return found
+
+
+def settled_rss_mb(master: int, before: dict[int, int], within_s: float = 10.0) -> dict[int, int]:
+    """The workers' RSS once back within RSS_SLACK_MB of `before`, or as it is after `within_s`."""
+    deadline = time.monotonic() + within_s
+    while True:
+        now = workers_rss_mb(master)
+        settled = all(now.get(pid, 0) - mb <= RSS_SLACK_MB for pid, mb in before.items())
+        if settled or time.monotonic() >= deadline:
+            return now
+        time.sleep(0.5)
+
+
+def huge_response(fake: FakeServing, for_s: float, notes: list[str]) -> Callable[[], None]:
+    """A fault: `fake` answers every Predict with a 200 MB body for `for_s`, then heals."""
+
+    def run() -> None:
+        httpx.post(fake.url + "/_fake/huge", params={"bytes": str(200 << 20)}, timeout=5).raise_for_status()
+        time.sleep(for_s)
+        httpx.post(fake.url + "/_fake/huge", params={"bytes": "0"}, timeout=5).raise_for_status()
+        notes.append(f"one replica of three answered 200 MB bodies for {for_s:.1f} s")
+
+    return run
+
+
+MAX_IN_FLIGHT_PER_WORKER = 64  # MAX_IN_FLIGHT_REQUESTS' default
+
+
+def kill_worker(master: int, notes: list[str]) -> Callable[[], None]:
+    """A fault: SIGKILL one gunicorn worker mid-load. Not timed to the moment it holds the
+    in-flight board's record lock (tests/api/test_in_flight.py kills a holder on purpose);
+    here: the whole system around a worker that dies with its shared state half-used."""
+
+    def run() -> None:
+        victim = min(children(master))
+        os.kill(victim, signal.SIGKILL)
+        notes.append(f"worker {victim} SIGKILLed")
+
+    return run
 
 
 def hang(fake: FakeServing, for_s: float, notes: list[str]) -> Callable[[], None]:
@@ -377,7 +480,7 @@ def run_faults(names: list[str], *, rate: float, seconds: float) -> list[Outcome
     outcomes: list[Outcome] = []
     with tempfile.TemporaryDirectory(prefix="chaos-") as tmp_dir:
         tmp = Path(tmp_dir)
-        if set(names) & set(FAULTS[:6]):
+        if set(names) & set(FAULTS[: FAULTS.index("sigterm") + 1]):  # the replicas stack
             outcomes += replicas_faults(tmp, names, rate, seconds)
         if "events-disk-full" in names:
             outcomes.append(events_disk_full(tmp, rate, seconds))

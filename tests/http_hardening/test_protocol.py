@@ -47,9 +47,10 @@ class PlainProtocol(HardenedHttpProtocol):
 @dataclass
 class App:
     """`/` answers at once; `/echo` reads the whole body and answers its size, noting a
-    disconnect met while reading."""
+    disconnect met while reading; `/big` answers 1 MiB, counted in `big`."""
 
     loop: asyncio.AbstractEventLoop | None = None
+    big: int = 0
     reading: int = 0
     disconnects: int = 0
     sizes: list[int] = field(default_factory=list)
@@ -62,6 +63,9 @@ class App:
             await send({"type": "lifespan.shutdown.complete"})
             return
         body = b"ok"
+        if scope["path"] == "/big":
+            self.big += 1
+            body = b"x" * (1 << 20)
         if scope["path"] == "/echo":
             self.reading += 1
             size, more = 0, True

@@ -13,6 +13,8 @@ import contextlib
 import socket
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 
 import grpc
@@ -454,3 +456,33 @@ def test_flags_of_the_buffered_bodies_and_the_shutdown() -> None:
         flags.parse_flags(["--model_base_path=/m", "--rest_api_max_buffered_body_bytes=1000"])
     with pytest.raises(flags.FlagError, match="--rest_api_shutdown_body_read_timeout_in_ms must be >= 0"):
         flags.parse_flags(["--model_base_path=/m", "--rest_api_shutdown_body_read_timeout_in_ms=-1"])
+
+
+def test_urllib_reads_the_413_of_a_200_mb_content_length(server: ExampleServer) -> None:
+    """urllib sends its whole body before it reads the answer: the model server discards what
+    the request announced (up to 256 MiB, `http_hardening.limits.LINGER_DECLARED_MAX_BYTES`)
+    after answering 413, so the client reads the 413 instead of a reset while it sends."""
+    size = 200 * 1000 * 1000
+
+    def body() -> Iterator[bytes]:
+        chunk = b"1" * (1 << 20)
+        for _ in range(size // len(chunk)):
+            yield chunk
+        yield b"1" * (size % len(chunk))
+
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{server.rest_port}{PREDICT}",
+        data=body(),
+        headers={"Content-Type": "application/json", "Content-Length": str(size)},
+    )
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(request, timeout=60)
+    assert caught.value.code == 413
+    assert "exceeds the limit" in caught.value.read().decode()
+
+
+def test_an_http11_request_without_host_is_400_in_tf_servings_shape(server: ExampleServer) -> None:
+    answer, _ = _raw_exchange(server.rest_port, b"GET /v1/models/fraud HTTP/1.1\r\n\r\n")
+    status, error = _status_and_error(answer)
+    assert status == 400
+    assert "Host" in error

@@ -16,14 +16,33 @@ ones (at most once a second).
 
 Without preload each worker builds its own app, sees only itself, and the limit is per
 worker, as it was.
+
+**No lock a dead worker can hold.** The request path takes no lock at all: a worker
+writes only its own slot's count, and a count is one aligned 8-byte word, which the CPU
+writes whole (a reader sees the old or the new value, never half of each). Only changing
+the table -- taking a slot, freeing a dead worker's -- needs one writer at a time (two
+workers must not take the same free slot), and that is a POSIX record lock (`fcntl`) on
+the memory's own file (a `memfd`): the kernel releases it when its holder dies, however
+it dies, so a worker SIGKILLed in the middle of a change leaves nothing held (a
+`multiprocessing.Lock`, a semaphore in shared memory, stayed taken for good: every other
+worker's next look at the table, on the request path, blocked, `/healthz` with it, and
+respawned workers blocked in `claim`). On the request path that lock is only tried
+(`LOCK_NB`): when another worker holds it, the look for dead workers waits for the next
+request instead of this one waiting. A change interrupted half-way by its holder's death
+leaves at worst a slot with a pid and no count, or a count with no pid: the next look
+frees the first (its pid is dead) and the second is not counted (only slots with a pid
+are).
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import mmap
-import multiprocessing
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Final
 
 SLOTS: Final = 64  # workers per master at most
@@ -39,14 +58,17 @@ class InFlightBoard:
 
     def __init__(self, per_worker: int) -> None:
         self.per_worker = per_worker
-        # Anonymous and shared: forked workers see one memory. Words: the table's generation
-        # (bumped whenever a slot is taken or freed), then each slot's pid, then its count.
-        self._memory = mmap.mmap(-1, (1 + 2 * SLOTS) * 8, flags=mmap.MAP_SHARED)
+        # Shared, in a memfd that forked workers inherit: one memory, and the file the
+        # table's record lock is taken on. Words: the table's generation (bumped whenever a
+        # slot is taken or freed), then each slot's pid, then its count.
+        size = (1 + 2 * SLOTS) * 8
+        self._fd = os.memfd_create("api-in-flight", os.MFD_CLOEXEC)
+        os.ftruncate(self._fd, size)
+        self._memory = mmap.mmap(self._fd, size, flags=mmap.MAP_SHARED)
         words = memoryview(self._memory).cast("q")
         self._generation = words[:1]
         self._pids = words[1 : 1 + SLOTS]
         self._counts = words[1 + SLOTS :]
-        self._lock = multiprocessing.get_context("fork").Lock()
         self._slot = -1
         self._owner = 0  # the pid that claimed `_slot` (a forked copy must claim its own)
         self._live: list[int] = []
@@ -56,7 +78,7 @@ class InFlightBoard:
     def claim(self) -> None:
         """Take a free slot for this process (at app start, in each worker)."""
         pid = os.getpid()
-        with self._lock:
+        with self._table(wait=True):
             self._free_dead_slots()
             free = [i for i in range(SLOTS) if self._pids[i] == 0]
             if not free:
@@ -71,7 +93,7 @@ class InFlightBoard:
     def release(self) -> None:
         """Give the slot back (at app shutdown)."""
         if self._owner == os.getpid() and self._slot >= 0:
-            with self._lock:
+            with self._table(wait=True):
                 self._counts[self._slot] = 0
                 self._pids[self._slot] = 0
                 self._generation[0] += 1
@@ -105,23 +127,44 @@ class InFlightBoard:
         now = time.monotonic()
         dead_check = force or now - self._looked_at >= REFRESH_S
         if dead_check or self._generation[0] != self._seen_generation:
-            with self._lock:
-                if dead_check:
-                    self._free_dead_slots()
-                    self._looked_at = now
-                self._live = [i for i in range(SLOTS) if self._pids[i] != 0]
-                self._seen_generation = self._generation[0]
+            if dead_check:
+                with self._table(wait=False) as held:
+                    if held:  # else another worker is changing it: look again next request
+                        self._free_dead_slots()
+                        self._looked_at = now
+            # Read without the lock: a slot taken or freed meanwhile bumps the generation
+            # again, and the next request reads the table anew.
+            self._seen_generation = self._generation[0]
+            self._live = [i for i in range(SLOTS) if self._pids[i] != 0]
+
+    @contextmanager
+    def _table(self, *, wait: bool) -> Iterator[bool]:
+        """Hold the table for a change: a POSIX record lock on the memfd, released by the
+        kernel if this process dies holding it. Yields False when `wait` is False and
+        another process holds it."""
+        try:
+            fcntl.lockf(self._fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if wait or exc.errno not in (errno.EACCES, errno.EAGAIN):
+                raise
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.lockf(self._fd, fcntl.LOCK_UN)
 
     def _free_dead_slots(self) -> None:
         for i in range(SLOTS):
             pid = self._pids[i]
-            if pid and not _alive(pid):
+            if pid and not process_alive(pid):
                 self._counts[i] = 0
                 self._pids[i] = 0
                 self._generation[0] += 1
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether process `pid` exists (signal 0; one of another user's counts as alive)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
