@@ -21,7 +21,7 @@ from api.config.settings import Settings
 from api.observability.logging_config import AccessLog
 from api.observability.metrics import ApiMetrics
 from api.oip.catalog import Catalog
-from api.oip.hooks import RpcHook
+from api.oip.hooks import RpcHook, front_door_check
 from api.oip.inference import Inference
 from api.oip.rest import PREFIX, PROBE_PATHS, oip_router
 from api.oip.service import OipService
@@ -30,6 +30,7 @@ from api.serving_client import ServingClient
 
 if TYPE_CHECKING:
     from api.observability.tracing import Tracing
+    from api.security.front_door import FrontDoor
 
 #: The server version OIP server metadata reports: the API's.
 SERVER_VERSION: Final = "0.1.0"
@@ -79,10 +80,12 @@ class OipFront:
         metrics: ApiMetrics,
         access_log: AccessLog,
         tracing: Tracing | None = None,
+        front_door: FrontDoor | None = None,
     ) -> AsyncIterator[None]:
         """This worker's OIP service on `client` (as `app.state.oip_service`), and its gRPC
         server while the block runs (unless `OIP__GRPC_PORT=0`); with `tracing`, each gRPC call
-        in its SERVER span (`api.oip.traced`), outside the other hooks."""
+        in its SERVER span (`api.oip.traced`), outside the other hooks; with `front_door`, the
+        model routes' authentication and rate limits on every gRPC call (`front_door_check`)."""
         settings = self._settings
         catalog = Catalog(
             client, self.exposure, ttl_s=settings.model_version_ttl_s, max_entries=settings.oip.max_models
@@ -102,6 +105,8 @@ class OipFront:
         from api.oip.grpc_server import serve_grpc
 
         hooks = self._hooks
+        if front_door is not None:
+            hooks = (front_door_check(front_door), *hooks)
         if tracing is not None:
             from api.oip.traced import server_span_hook  # loads OpenTelemetry: only when tracing is on
 

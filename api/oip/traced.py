@@ -20,7 +20,7 @@ from google.protobuf.message import Message
 from opentelemetry.trace import Status, StatusCode
 
 from api.observability.tracing import Tracing
-from api.oip.hooks import RpcCall, RpcHook, RpcNext, RpcRefused
+from api.oip.hooks import RpcCall, RpcHook, RpcNext, RpcRefused, peer_address
 from api.oip.types import OipError
 from api.request.context import current_request
 from api.serving_client import Code
@@ -30,16 +30,6 @@ from api.serving_client import Code
 SERVER_ERRORS: Final = frozenset(
     {Code.UNKNOWN, Code.DEADLINE_EXCEEDED, Code.UNIMPLEMENTED, Code.INTERNAL, Code.UNAVAILABLE, Code.DATA_LOSS}
 )
-
-
-def _client_address(peer: str) -> str | None:
-    # gRPC's peer: "ipv4:127.0.0.1:50412", "ipv6:[::1]:50412", "unix:/path".
-    kind, _, rest = peer.partition(":")
-    if kind == "ipv4":
-        return rest.rsplit(":", 1)[0]
-    if kind == "ipv6":
-        return rest.rsplit(":", 1)[0].strip("[]")
-    return None
 
 
 def server_span_hook(tracing: Tracing) -> RpcHook:
@@ -54,7 +44,7 @@ def server_span_hook(tracing: Tracing) -> RpcHook:
         name = call.method.lstrip("/")
         service, _, method = name.partition("/")
         attributes: dict[str, str] = {"rpc.system": "grpc", "rpc.service": service, "rpc.method": method}
-        address = _client_address(call.peer)
+        address = peer_address(call.peer)
         if address is not None:
             attributes["client.address"] = address
         span = tracing.start_server_span(name, call.metadata, attributes)
