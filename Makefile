@@ -14,6 +14,7 @@
 # make bench-peers - install the peers' venvs (.venv-peers/, pinned; make bench does it when missing)
 # make bench-hop - the split's hop at low load: transports, CPU and wake-ups per request, py-spy (~2 min)
 # make bench-tracing - CPU per request of each tier with tracing off, on at 1 % and at 100 % sampling (~2 min)
+# make bench-oip - the fraud model through its route, v2 JSON and v2 binary: CPU per request of each tier, SLO-RPS (3-6 min)
 # make bench-full - the same benchmark, full plan (every split variant, longer steps, finer search)
 # make compose-test - docker-compose.yml for real: build, up, score, scale serving to 3 under load, stop one,
 #                     down (Docker, else podman from Debian's packages; ~8 min on a fresh machine)
@@ -32,7 +33,7 @@ MODELS_DIR ?= $(CURDIR)/models
 # The example routes (examples/), which run-server.sh (make run) serves by default too.
 EXAMPLE_ROUTES := examples.fraud.route:route,examples.digits.route:route
 
-.PHONY: install run test docs chaos compose-test model protos doctor import-graph bench bench-full bench-peers bench-hop bench-tracing bench-serving bench-front-door clean
+.PHONY: install run test docs chaos compose-test model protos doctor import-graph bench bench-full bench-peers bench-hop bench-tracing bench-oip bench-serving bench-front-door clean
 
 install: $(STAMP)
 
@@ -90,6 +91,9 @@ bench-hop: $(STAMP)
 
 bench-tracing: $(STAMP)
 	$(PY) -m bench.tracing_cost
+
+bench-oip: $(STAMP)
+	$(PY) -m bench.oip_cost
 
 bench-serving: $(STAMP)
 	$(PY) -m bench.serving_tier

@@ -135,6 +135,8 @@ def create_app(
                             in_flight=in_flight,
                             metrics=observability.metrics,
                             access_log=observability.access_log,
+                            tracing=observability.tracing,
+                            front_door=front_door,
                         )
                         if oip.enabled
                         else nullcontext()
@@ -163,6 +165,9 @@ def create_app(
     # Made here, in gunicorn's master under preload, so every worker inherits the same shared
     # memory; each worker takes its slot in the lifespan.
     in_flight = InFlightBoard(settings.max_in_flight_requests)
+    # Made here too (in the master under preload): the rate-limit buckets are shared memory. The
+    # same one checks the OIP front's gRPC calls.
+    front_door = FrontDoor.from_settings(settings.auth, settings.rate_limits)
     app.add_middleware(
         RequestMiddleware,
         in_flight=in_flight,
@@ -183,8 +188,7 @@ def create_app(
         access_log=observability.access_log,
         tracing=observability.tracing,
         error_field_prefixes=(oip.prefix,) if oip.enabled else (),
-        # Made here too (in the master under preload): the rate-limit buckets are shared memory.
-        front_door=FrontDoor.from_settings(settings.auth, settings.rate_limits),
+        front_door=front_door,
     )
     app.include_router(health.router)
     if public_ops:

@@ -36,6 +36,7 @@ class LoadSettings:
     cpus: tuple[int, ...] = ()  # CPUs the generator is pinned to; () = not pinned
     timeout_s: float = 2.0  # an answer later than this is a timeout error
     content_type: str = "application/json"
+    headers: tuple[str, ...] = ()  # extra "Name: value" lines sent with every request
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,7 @@ def _run(load: LoadSettings, mode_args: list[str], duration_s: float) -> dict[st
         f"--pool={load.pool}",
         f"--timeout={load.timeout_s:g}",
         f"--content-type={load.content_type}",
+        *(f"--header={h}" for h in load.headers),
         *mode_args,
     ]
     limit = duration_s + load.timeout_s + _HANG_MARGIN_S

@@ -3,6 +3,8 @@
     python -m bench.loadgen --url http://127.0.0.1:8000/v1/fraud/score --pool bodies.jsonl \
         --open --rate 500 --duration 5 --seed 1 [--slo-ms 25 [--stop-early]]
     python -m bench.loadgen --url ... --pool bodies.jsonl --closed --connections 32 --duration 3
+    python -m bench.loadgen --url ... --pool bodies.b64 --content-type application/octet-stream \
+        --header 'Inference-Header-Content-Length: 120' --open --rate 100   # base64 lines
 
 Prints one JSON object (see `run`) on stdout. The benchmark runs it as its own process,
 pinned to the load generator's CPU (`bench.load` drives it).
@@ -35,6 +37,7 @@ the generator was the limit says so (see `bench.slo.schedule_kept`).
 from __future__ import annotations
 
 import argparse
+import base64
 import errno
 import json
 import random
@@ -467,21 +470,28 @@ def _summary(latencies_ms: array) -> dict[str, Any] | None:
     return asdict(summary) if summary else None
 
 
-def http_requests(url: str, bodies: Sequence[bytes], content_type: str) -> list[bytes]:
-    """One complete HTTP/1.1 POST per body, ready to send on a keep-alive connection."""
+def http_requests(
+    url: str, bodies: Sequence[bytes], content_type: str, headers: Sequence[str] = ()
+) -> list[bytes]:
+    """One complete HTTP/1.1 POST per body, ready to send on a keep-alive connection;
+    `headers` are extra `Name: value` lines sent with every request."""
     parts = urlsplit(url)
     path = parts.path or "/"
-    head = f"POST {path} HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Type: {content_type}\r\n"
+    extra = "".join(f"{h}\r\n" for h in headers)
+    head = f"POST {path} HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Type: {content_type}\r\n{extra}"
     return [head.encode() + b"Content-Length: %d\r\n\r\n" % len(b) + b for b in bodies]
 
 
 def read_pool(path: Path) -> list[bytes]:
-    """Request bodies, one per non-empty line.
+    """Request bodies, one per non-empty line; base64, one per line, in a `.b64` file (for
+    bodies with binary data, which may hold a newline).
 
     Raises:
-        ValueError: the file has no body.
+        ValueError: the file has no body, or a `.b64` line is not base64.
     """
     bodies = [line for line in path.read_bytes().splitlines() if line.strip()]
+    if path.suffix == ".b64":
+        bodies = [base64.b64decode(line, validate=True) for line in bodies]
     if not bodies:
         raise ValueError(f"no request body in {path}")
     return bodies
@@ -506,7 +516,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     generator = Generator(
         host=parts.hostname or "127.0.0.1",
         port=parts.port or 80,
-        requests=http_requests(args.url, read_pool(args.pool), args.content_type),
+        requests=http_requests(args.url, read_pool(args.pool), args.content_type, args.header),
         timeout_s=args.timeout,
         max_connections=min(args.max_connections, hard - 16),
     )
@@ -527,6 +537,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--url", required=True, help="http://host:port/path to POST to")
     p.add_argument("--pool", type=Path, required=True, help="request bodies, one per line")
     p.add_argument("--content-type", default="application/json")
+    p.add_argument("--header", action="append", default=[], help="'Name: value' sent with every request")
     p.add_argument("--rate", type=float, default=100.0, help="open loop: arrivals per second")
     p.add_argument("--seed", type=int, default=1, help="open loop: the arrival process's seed")
     p.add_argument("--duration", type=float, default=5.0, help="seconds of arrivals / sending")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import orjson
 
+from examples.fraud.features import extract_features
 from examples.fraud.schemas import Transaction
 from models.transactions import generate_transactions
 
@@ -39,6 +40,17 @@ def write_body_pool(path: Path, n: int = POOL_SIZE, seed: int = POOL_SEED) -> Pa
     """Write `body_pool(n, seed)` to `path`, one JSON document per line; returns `path`."""
     path.write_bytes(b"\n".join(body_pool(n, seed)) + b"\n")
     return path
+
+
+def feature_pool(n: int = POOL_SIZE, seed: int = POOL_SEED) -> list[list[float]]:
+    """The fraud model's input for each body of `body_pool(n, seed)`, in the same order: the
+    `features` vector (`examples.fraud.features`, float32-representable, `N_FEATURES` long) the
+    route itself would send, for setups that send tensors rather than transactions (OIP's v2).
+    """
+    return [
+        extract_features(Transaction.model_validate(labeled.body))
+        for labeled in generate_transactions(n, seed=seed)
+    ]
 
 
 @dataclass(frozen=True)

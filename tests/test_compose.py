@@ -80,7 +80,9 @@ def test_api_reaches_serving_by_service_name_and_waits_for_health() -> None:
     assert api["environment"]["SERVING_URL"] == "http://serving:8501"
     assert api["depends_on"]["serving"]["condition"] == "service_healthy"
     # A host port range: `--scale api=2` gives each replica a port of its own.
-    assert api["ports"] == ["${API_PORTS:-8000-8009}:8000"]
+    assert api["ports"][0] == "${API_PORTS:-8000-8009}:8000"
+    # The OIP gRPC port, published the same way, is the one the API serves it on.
+    assert api["ports"][1:] == [f"${{API_GRPC_PORTS:-8010-8019}}:{api['environment']['OIP__GRPC_PORT']}"]
     assert "backend" in api["networks"] and "frontend" in api["networks"]
 
 

@@ -98,6 +98,9 @@ def test_services_target_named_container_ports(objects: list[dict[str, Any]]) ->
             assert port["targetPort"] in ports[name], (name, port)
     assert ports["serving"] == {"grpc": 8500, "http": 8501}  # TF Serving's ports
     assert ports["api"]["http"] == 8000
+    (api,) = [c for name, c in containers(objects) if name == "api"]
+    env = {e["name"]: e["value"] for e in api["env"]}
+    assert ports["api"]["grpc"] == int(env["OIP__GRPC_PORT"])  # the OIP front's gRPC
 
 
 def test_network_policies_deny_by_default_and_open_only_what_each_tier_needs(objects: list[dict[str, Any]]) -> None:
@@ -118,7 +121,7 @@ def test_network_policies_deny_by_default_and_open_only_what_each_tier_needs(obj
     api = policies["api"]["spec"]
     assert matches(api["podSelector"]["matchLabels"], pods["api"])
     public, ops = api["ingress"]
-    assert "from" not in public and {p["port"] for p in public["ports"]} == {8000}
+    assert "from" not in public and {p["port"] for p in public["ports"]} == {8000, 8001}  # HTTP, OIP gRPC
     assert {p["port"] for p in ops["ports"]} == {9000}
     assert ops["from"][0]["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": "monitoring"}
     to_serving, to_dns = api["egress"]

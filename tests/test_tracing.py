@@ -20,9 +20,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import grpc
 import httpx
 import pytest
 
+from api.protos.inference import open_inference_grpc_pb2 as pb
+from api.protos.inference import open_inference_grpc_pb2_grpc as pb_grpc
 from tests.support import (
     REPO,
     Process,
@@ -283,3 +286,54 @@ def test_under_gunicorn_each_worker_exports_its_own_spans(
         assert pids <= workers and api.pid not in pids, (pids, workers, api.pid)
     finally:
         api.stop()
+
+
+def test_an_oip_grpc_model_infer_with_traceparent_metadata_continues_the_callers_trace(
+    receiver: OtlpReceiver, tmp_path: Path
+) -> None:
+    # The OIP gRPC front's call hook (api.oip.traced): the call's SERVER span continues the
+    # caller's trace from its metadata, and the call to serving and serving's own spans follow it.
+    grpc_port = free_port()
+    oip = {"OIP__MODELS": "fraud", "OIP__GRPC_PORT": str(grpc_port), "OIP__GRPC_HOST": "127.0.0.1"}
+    t = _start(tmp_path, receiver, "rest", **oip)
+    try:
+        trace_id, caller_span = secrets.token_hex(16), secrets.token_hex(8)
+        tensor = pb.ModelInferRequest.InferInputTensor(
+            name="features", datatype="FP32", shape=[1, 11], contents=pb.InferTensorContents(fp32_contents=[0.5] * 11)
+        )
+        metadata = (("traceparent", f"00-{trace_id}-{caller_span}-01"), ("x-request-id", "oip-grpc-traced"))
+        with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
+            reply = pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(
+                pb.ModelInferRequest(model_name="fraud", inputs=[tensor]), metadata=metadata, timeout=10
+            )
+        assert [o.name for o in reply.outputs] == ["fraud_score"]
+
+        def complete(spans: list[ReceivedSpan]) -> bool:
+            names = {(s.service, s.name) for s in spans}
+            return ("tfserve-serving", "Session run") in names and (
+                "tfserve-api",
+                "inference.GRPCInferenceService/ModelInfer",
+            ) in names
+
+        spans = _trace(receiver, trace_id, complete)
+        call = _one(spans, "tfserve-api", "inference.GRPCInferenceService/ModelInfer")
+        assert (call.kind, call.parent_span_id) == ("SERVER", caller_span)
+        assert call.attributes["rpc.system"] == "grpc"
+        assert call.attributes["rpc.service"] == "inference.GRPCInferenceService"
+        assert call.attributes["rpc.method"] == "ModelInfer"
+        assert call.attributes["rpc.grpc.status_code"] == 0
+        assert call.attributes["tfserving.request_id"] == "oip-grpc-traced"
+        assert call.attributes["tfserving.model_spec.name"] == "fraud"
+        # The call to serving is below the gRPC call's span, and serving continues its attempt.
+        by_id = {s.span_id: s for s in spans}
+        attempt = _one(spans, "tfserve-api", "tensorflow.serving.PredictionService/Predict")
+        ancestor = attempt
+        while ancestor.parent_span_id in by_id and ancestor.span_id != call.span_id:
+            ancestor = by_id[ancestor.parent_span_id]
+        assert ancestor.span_id == call.span_id, [(s.name, s.span_id, s.parent_span_id) for s in spans]
+        handling = _one(spans, "tfserve-serving", "POST /v1/models/{model_name}/versions/{version}:predict")
+        assert handling.parent_span_id == attempt.span_id
+        assert _one(spans, "tfserve-serving", "Session run").parent_span_id == handling.span_id
+    finally:
+        t.api.stop()
+        t.serving.stop()

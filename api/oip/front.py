@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from fastapi import APIRouter, FastAPI
 
@@ -21,12 +21,16 @@ from api.config.settings import Settings
 from api.observability.logging_config import AccessLog
 from api.observability.metrics import ApiMetrics
 from api.oip.catalog import Catalog
-from api.oip.hooks import RpcHook
+from api.oip.hooks import RpcHook, front_door_check
 from api.oip.inference import Inference
 from api.oip.rest import PREFIX, PROBE_PATHS, oip_router
 from api.oip.service import OipService
 from api.request.admission.in_flight import InFlightBoard
 from api.serving_client import ServingClient
+
+if TYPE_CHECKING:
+    from api.observability.tracing import Tracing
+    from api.security.front_door import FrontDoor
 
 #: The server version OIP server metadata reports: the API's.
 SERVER_VERSION: Final = "0.1.0"
@@ -75,9 +79,13 @@ class OipFront:
         in_flight: InFlightBoard,
         metrics: ApiMetrics,
         access_log: AccessLog,
+        tracing: Tracing | None = None,
+        front_door: FrontDoor | None = None,
     ) -> AsyncIterator[None]:
         """This worker's OIP service on `client` (as `app.state.oip_service`), and its gRPC
-        server while the block runs (unless `OIP__GRPC_PORT=0`)."""
+        server while the block runs (unless `OIP__GRPC_PORT=0`); with `tracing`, each gRPC call
+        in its SERVER span (`api.oip.traced`), outside the other hooks; with `front_door`, the
+        model routes' authentication and rate limits on every gRPC call (`front_door_check`)."""
         settings = self._settings
         catalog = Catalog(
             client, self.exposure, ttl_s=settings.model_version_ttl_s, max_entries=settings.oip.max_models
@@ -96,6 +104,14 @@ class OipFront:
         # serving client loads grpc only for SERVING_PROTOCOL=grpc).
         from api.oip.grpc_server import serve_grpc
 
+        hooks = self._hooks
+        if front_door is not None:
+            hooks = (front_door_check(front_door), *hooks)
+        if tracing is not None:
+            from api.oip.traced import server_span_hook  # loads OpenTelemetry: only when tracing is on
+
+            hooks = (server_span_hook(tracing), *hooks)
+
         async with serve_grpc(
             service,
             settings.oip,
@@ -103,6 +119,6 @@ class OipFront:
             in_flight=in_flight,
             metrics=metrics,
             access_log=access_log,
-            hooks=self._hooks,
+            hooks=hooks,
         ):
             yield

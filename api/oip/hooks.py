@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from google.protobuf.message import Message
 
+from api.security.front_door import FrontDoor, Refusal
 from api.serving_client import Code
 
 
@@ -64,6 +65,32 @@ def metadata_check(check: Callable[[Mapping[str, str]], object], code: Code = Co
             check(call.metadata)
         except Exception as exc:
             raise RpcRefused(code, str(exc) or code.name) from exc
+        return await proceed()
+
+    return hook
+
+
+def peer_address(peer: str) -> str | None:
+    """The client's IP address from gRPC's peer ("ipv4:127.0.0.1:50412" -> "127.0.0.1",
+    "ipv6:[::1]:50412" -> "::1"); None for another kind ("unix:/path")."""
+    kind, _, rest = peer.partition(":")
+    if kind in ("ipv4", "ipv6"):
+        return rest.rsplit(":", 1)[0].strip("[]")
+    return None
+
+
+def front_door_check(front_door: FrontDoor) -> RpcHook:
+    """The API's authentication and rate limits (`api.security.front_door.FrontDoor.check`, as
+    the request middleware calls it) for every call: the method's full name as the path (e.g.
+    "/inference.GRPCInferenceService/ModelInfer", which `AUTH__PUBLIC_PATHS`, `AUTH__SCOPES` and
+    `RATE_LIMITS__ROUTES` may name), the metadata as headers (`x-api-key`, `authorization`), the
+    peer's address as the client. A `Refusal` is answered with its gRPC code (UNAUTHENTICATED,
+    PERMISSION_DENIED, RESOURCE_EXHAUSTED) and its detail."""
+
+    async def hook(call: RpcCall, proceed: RpcNext) -> Message:
+        verdict = front_door.check(call.method, call.metadata.items(), peer_address(call.peer))
+        if isinstance(verdict, Refusal):
+            raise RpcRefused(verdict.grpc_code, verdict.detail)
         return await proceed()
 
     return hook

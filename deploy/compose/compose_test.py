@@ -320,7 +320,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     engine = os.environ["ENGINE"]
     compose = os.environ["COMPOSE"].split()
     api_ports = args.api_ports or ("0" if engine == "podman" else "18000-18009")
-    env = {**os.environ, "SERVING_IMAGE": args.serving_image, "API_PORTS": api_ports,
+    grpc_ports = "0" if engine == "podman" else "18010-18019"  # the OIP gRPC port, likewise
+    env = {**os.environ, "SERVING_IMAGE": args.serving_image, "API_PORTS": api_ports, "API_GRPC_PORTS": grpc_ports,
            "API_AUTH_DIR": str(write_key_folder()), "KEY": _KEY}  # KEY: docs/deploying.md's curl sends it
     stack = Stack(engine, compose, env)
     body = (REPO / "examples" / "transaction.json").read_bytes()
