@@ -248,7 +248,12 @@ elif [[ -n "${SERVING_SOCKET_PATH:-}" ]]; then
 else
   serving_at="$SERVING_URL"
 fi
-log "API ready on ${api_url} (serving at ${serving_at}); routes and schemas: ${api_url}/docs"
+# /docs, /openapi.json and /metrics: the operational port (gunicorn.conf.py; API_OPS_BIND=
+# serves them on the API's own port).
+ops_bind=${API_OPS_BIND-0.0.0.0:9000}
+docs_url="${api_url}/docs"
+[[ -n "$ops_bind" ]] && docs_url="http://127.0.0.1:${ops_bind##*:}/docs"
+log "API ready on ${api_url} (serving at ${serving_at}); routes and schemas: ${docs_url}"
 if [[ ",${MODEL_ROUTES}," == *",examples.fraud.route:route,"* ]]; then
   log "Try: curl -s -X POST ${api_url}/v1/fraud/score -H 'content-type: application/json' -d @examples/transaction.json"
 fi

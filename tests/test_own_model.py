@@ -60,10 +60,12 @@ def test_the_route_uses_the_extension_point_only() -> None:
 
 
 @pytest.fixture(params=["rest", "grpc"])
-def api(request: pytest.FixtureRequest, exported: Path, tmp_path: Path) -> Iterator[str]:
-    """run-server.sh on the user's config and route; yields the API's base URL."""
-    port = free_port()
+def api_urls(request: pytest.FixtureRequest, exported: Path, tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """run-server.sh on the user's config and route; yields the API's base URL and its operational
+    port's (/metrics, /docs, /openapi.json)."""
+    port, ops_port = free_port(), free_port()
     env = {
+        "API_OPS_BIND": f"127.0.0.1:{ops_port}",
         "MODEL_CONFIG_FILE": str(exported),
         "MODEL_ROUTES": "iris_route:route",
         "PYTHONPATH": str(OWN),
@@ -79,12 +81,13 @@ def api(request: pytest.FixtureRequest, exported: Path, tmp_path: Path) -> Itera
     proc = start_run_server(tmp_path / "run-server.log", **env)
     try:
         wait_run_server(proc)
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{port}", f"http://127.0.0.1:{ops_port}"
     finally:
         assert proc.stop(timeout_s=60) == 0, proc.log()
 
 
-def test_an_own_model_is_served_and_scored(api: str, reference: object) -> None:
+def test_an_own_model_is_served_and_scored(api_urls: tuple[str, str], reference: object) -> None:
+    api, ops = api_urls
     ready = httpx.get(api + "/readyz", timeout=10).json()
     assert ready["status"] == "ready" and list(ready["models"]) == ["iris"]
     flowers = [[5.1, 3.5, 1.4, 0.2], [6.2, 2.9, 4.3, 1.3], [7.7, 3.0, 6.1, 2.3], [5.9, 3.0, 5.1, 1.8]]
@@ -101,7 +104,8 @@ def test_an_own_model_is_served_and_scored(api: str, reference: object) -> None:
     refused = httpx.post(api + "/v1/iris/classify", json={"sepal_length": -1}, timeout=10)
     assert refused.status_code == 422
     assert httpx.post(api + "/v1/fraud/score", json={}, timeout=10).status_code == 404  # not enabled
-    paths = httpx.get(api + "/openapi.json", timeout=10).json()["paths"]
+    assert httpx.get(api + "/openapi.json", timeout=10).status_code == 404  # on the operational port
+    paths = httpx.get(ops + "/openapi.json", timeout=10).json()["paths"]
     assert "/v1/iris/classify" in paths and "/v1/fraud/score" not in paths
 
 

@@ -14,13 +14,13 @@ import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from api.serving_client import Deadline, ServingError
 from api.serving_client._grpc import GrpcTransport
 from tests.api.stack import Api, run_load, start_api_process, transactions
 from tests.support import Serving
+from tools.processes import StartError
 
 SCORE = "/v1/fraud/score"
 
@@ -91,27 +91,24 @@ def test_rest_and_grpc_agree(serving: Serving, tmp_path: Path, apis: list[Api]) 
 
 
 @pytest.mark.parametrize("protocol", ["rest", "grpc"])
-def test_a_signature_serving_lacks_is_a_misconfiguration(
-    serving: Serving, tmp_path: Path, apis: list[Api], protocol: str
-) -> None:
+def test_a_signature_serving_lacks_stops_the_api_at_start_up(serving: Serving, tmp_path: Path, protocol: str) -> None:
+    """The model is there, its signature is not: the API refuses to start, naming what the model
+    has (read over this transport from the real server) and the fix, as for a missing model. A
+    version published later without it is a 503 `serving_misconfigured` per request
+    (tests/api/test_model_routes.py)."""
     if protocol == "grpc":
         grpc_front_end_or_skip(serving)
-    api = start_api_process(
-        tmp_path,
-        protocol,
-        serving.rest_url,
-        SERVING_PROTOCOL=protocol,
-        SERVING_GRPC_TARGETS=serving.grpc_target,
-        ready_path="/healthz",
-        MODELS__FRAUD__SIGNATURE_NAME="no_such_signature",
-    )
-    apis.append(api)
-    ready = httpx.get(api.url + "/readyz", timeout=10)
-    assert ready.status_code == 503  # the model is there; its signature is not
-    fraud = ready.json()["models"]["fraud"]
-    assert not fraud["ready"] and "no signature 'no_such_signature'" in fraud["problems"][0], fraud
-    assert ready.json()["models"]["digits"]["ready"]
-    response = httpx.post(api.url + SCORE, json=transactions(1)[0], timeout=10)
-    assert response.status_code == 503, response.text
-    assert response.json()["code"] == "serving_misconfigured"
-    assert "no_such_signature" in response.json()["detail"]
+    with pytest.raises(StartError) as refused:
+        start_api_process(
+            tmp_path,
+            protocol,
+            serving.rest_url,
+            SERVING_PROTOCOL=protocol,
+            SERVING_GRPC_TARGETS=serving.grpc_target,
+            ready_path="/healthz",
+            MODELS__FRAUD__SIGNATURE_NAME="no_such_signature",
+        )
+    message = str(refused.value)
+    assert "route 'fraud' does not fit model 'fraud' version 1, signature 'no_such_signature': " in message
+    assert "version 1 has no signature 'no_such_signature' (it has: __saved_model_init_op, serving_default)" in message
+    assert "Fix: " in message
