@@ -253,6 +253,7 @@ class Settings(BaseSettings):
             attempt_timeout_s=self.serving_attempt_timeout_s,
             resolve_interval_s=self.serving_resolve_interval_s,
             probe_model_names=tuple(probe_model_names),
+            versions_interval_s=self.model_version_ttl_s,
             coalescing=coalescing,
             rest_socket_path=self.serving_socket_path or None,
         )
@@ -260,8 +261,9 @@ class Settings(BaseSettings):
     model_version_ttl_s: float = Field(
         default=5.0,
         ge=0.0,
-        description="How long the latest AVAILABLE model version, read from model status, "
-        "is trusted before it is read again, seconds.",
+        description="How long each serving replica's AVAILABLE versions and labels, read from its "
+        "model status, are trusted before they are read again, seconds (at least 0.25); calls go only "
+        "to replicas that have the version they ask for.",
     )
 
     # Observability (api.request.middleware; api.observability: loop_monitor, logging_config).

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 from typing import Any
-from urllib.parse import quote
 
 import api.serving_client._json as _json
 from api.serving_client._deadline import Deadline
@@ -107,7 +106,7 @@ class RestTransport:
         return f"RestTransport({self.target!r})"
 
     async def predict(self, request: PredictRequest, deadline: Deadline) -> PredictResponse:
-        """`POST /v1/models/{name}[/versions/{v}]:predict` (columnar JSON).
+        """`POST /v1/models/{name}[/versions/{v} | /labels/{l}]:predict` (columnar JSON).
 
         Raises:
             ServingError subclasses (see `api.serving_client`).
@@ -125,20 +124,23 @@ class RestTransport:
         Raises:
             ServingError subclasses (see `api.serving_client`).
         """
-        answer = await self._call("GET", f"/v1/models/{quote(model_name, safe='')}", deadline)
+        answer = await self._call("GET", _json.model_path(model_name), deadline)
         try:
             return _json.model_status(answer)
         except ServingError as exc:
             exc.target = self.target
             raise
 
-    async def model_metadata(self, model_name: str, version: int, deadline: Deadline) -> ModelMetadata:
-        """`GET /v1/models/{name}/versions/{v}/metadata`: the version's SignatureDefs.
+    async def model_metadata(
+        self, model_name: str, version: int | None, deadline: Deadline, *, label: str | None = None
+    ) -> ModelMetadata:
+        """`GET /v1/models/{name}[/versions/{v} | /labels/{l}]/metadata`: the SignatureDefs of
+        the version serving resolves (its number is in the answer's `model_spec`).
 
         Raises:
             ServingError subclasses (see `api.serving_client`).
         """
-        path = f"/v1/models/{quote(model_name, safe='')}/versions/{version}/metadata"
+        path = _json.model_path(model_name, version, label) + "/metadata"
         answer = await self._call("GET", path, deadline)
         try:
             return _json.model_metadata(answer, version)

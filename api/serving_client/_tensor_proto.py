@@ -181,6 +181,8 @@ def predict_request_to_proto(request: PredictRequest) -> predict_pb2.PredictRequ
     proto.model_spec.signature_name = spec.signature_name
     if spec.version is not None:
         proto.model_spec.version.value = spec.version
+    elif spec.version_label is not None:
+        proto.model_spec.version_label = spec.version_label
     for name, tensor in request.inputs.items():
         tensor_to_proto(tensor, proto.inputs[name])
     proto.output_filter.extend(request.output_filter)
@@ -211,20 +213,33 @@ def model_status_from_proto(proto: get_model_status_pb2.GetModelStatusResponse) 
     return ModelStatus(tuple(versions))
 
 
-def model_metadata_request(model_name: str, version: int) -> get_model_metadata_pb2.GetModelMetadataRequest:
-    """`GetModelMetadataRequest` for one version's "signature_def" field."""
+def model_metadata_request(
+    model_name: str, version: int | None, label: str | None = None
+) -> get_model_metadata_pb2.GetModelMetadataRequest:
+    """`GetModelMetadataRequest` for the "signature_def" field of `version`, else of the version
+    `label` names, else of the latest."""
     message = get_model_metadata_pb2.GetModelMetadataRequest(metadata_field=["signature_def"])
     message.model_spec.name = model_name
-    message.model_spec.version.value = version
+    if version is not None:
+        message.model_spec.version.value = version
+    elif label is not None:
+        message.model_spec.version_label = label
     return message
 
 
-def model_metadata_from_proto(proto: get_model_metadata_pb2.GetModelMetadataResponse, version: int) -> ModelMetadata:
-    """Decode `GetModelMetadataResponse`: its "signature_def" field, a packed `SignatureDefMap`.
+def model_metadata_from_proto(
+    proto: get_model_metadata_pb2.GetModelMetadataResponse, version: int | None
+) -> ModelMetadata:
+    """Decode `GetModelMetadataResponse`: its "signature_def" field, a packed `SignatureDefMap`;
+    the version from its `model_spec` (the one serving resolved), else `version`.
 
     Raises:
-        ServingBadResponse: the field is missing or does not unpack.
+        ServingBadResponse: the field is missing or does not unpack, or no version is known.
     """
+    if proto.model_spec.HasField("version"):
+        version = proto.model_spec.version.value
+    if version is None:
+        raise ServingBadResponse("serving's model metadata names no version (model_spec.version)")
     signature_defs = get_model_metadata_pb2.SignatureDefMap()
     if "signature_def" not in proto.metadata or not proto.metadata["signature_def"].Unpack(signature_defs):
         raise ServingBadResponse("serving's model metadata has no SignatureDefMap under 'signature_def'")
