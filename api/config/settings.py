@@ -22,6 +22,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from api.config.rollouts import Rollout, RolloutsSettings
 from api.serving_client import ClientConfig, CoalescingConfig
 
 
@@ -46,6 +47,12 @@ class ModelSettings(BaseModel):
         ge=1,
         description="Largest request body of the route (of the file, for an upload route), bytes; "
         "default: the route's, else MAX_BODY_BYTES.",
+    )
+    rollout: Rollout | None = Field(
+        default=None,
+        description="The route's rollout: stable, canary and shadow targets, weights, pinning "
+        "(MODELS__<ROUTE>__ROLLOUT__STABLE=1, ...__CANARY=2, ...__CANARY_WEIGHT=10; api.config.rollouts); "
+        "default: the route's model, latest version; the rollout file overrides it.",
     )
 
 
@@ -72,6 +79,10 @@ class Settings(BaseSettings):
         default_factory=dict,
         description="Per-model settings by route name, from `MODELS__<ROUTE>__<SETTING>` "
         "(e.g. MODELS__FRAUD__SIGNATURE_NAME, MODELS__FRAUD__THRESHOLD).",
+    )
+    rollouts: RolloutsSettings = Field(
+        default_factory=RolloutsSettings,
+        description="The rollout file and the shadow traffic's bounds (ROLLOUTS__FILE, ...; api.config.rollouts).",
     )
     # The serving path (api.serving_client, api.request.admission.rules).
     serving_protocol: Literal["rest", "grpc"] = Field(

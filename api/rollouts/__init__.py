@@ -17,3 +17,19 @@ Which serving replica has a target's version, and pinning the call to it, is the
 client's (`api.serving_client`, versions per replica). The layer sits between `routes` (the
 endpoints that call it) and `inference` (the served models it calls).
 """
+
+from api.rollouts.assignment import Arm, choose_arm
+from api.rollouts.router import Assignment, PinnedVersionNotFound, PinningRefused, RouteRollout
+from api.rollouts.shadow import ShadowMirror
+from api.rollouts.watcher import RolloutWatcher
+
+__all__ = [
+    "Arm",
+    "Assignment",
+    "PinnedVersionNotFound",
+    "PinningRefused",
+    "RolloutWatcher",
+    "RouteRollout",
+    "ShadowMirror",
+    "choose_arm",
+]

@@ -59,4 +59,6 @@ route: ModelRoute[Transaction, FraudScore, FraudOptions] = ModelRoute(
     options=FraudOptions,
     input_id=lambda transaction: transaction.transaction_id,
     event_fields=lambda transaction, answer: {"is_fraud": answer.is_fraud},
+    # During a canary one card holder sees one model version.
+    rollout_key=lambda transaction: transaction.user_id,
 )
