@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -132,4 +133,10 @@ class RolloutWatcher:
             route = self._routes[name]
             if route.rollout != rollout:
                 route.update(rollout)
-                logger.info("rollout of route %s: %s", name, describe(rollout, route.signature.model_name))
+                logger.info(
+                    "rollout of route %s: %s",
+                    name,
+                    describe(rollout, route.signature.model_name),
+                    # Which worker put it in force: each one logs its own line.
+                    extra={"route": name, "worker_pid": os.getpid()},
+                )

@@ -44,6 +44,8 @@ async def healthz() -> Liveness:
 @router.get(
     "/readyz",
     response_model=Readiness,
+    # `rollout` is reported for a route with more than the default target only.
+    response_model_exclude_none=True,
     responses={
         503: {
             "description": "A model route is not ready: the error shape (`serving_unavailable`, detail "
