@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import threading
 import time
 from collections import Counter
@@ -28,13 +29,16 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from examples.fraud.features import extract_features
 from examples.fraud.schemas import Transaction
 from tests.api.fake_serving import fake_score
-from tests.api.stack import FakeServing, launch_fake, transactions, wait_ready
-from tests.support import Process, free_port, http_ok, start_gunicorn, wait_until
+from tests.api.stack import FakeServing, launch_fake, start_api_process, transactions, wait_ready
+from tests.support import REPO, Process, free_port, http_ok, start_gunicorn, wait_until
+from tools.processes import Serving, start_serving
 
 FRAUD_ROUTE = "examples.fraud.route:route"
 SCORE = "/v1/fraud/score"
@@ -238,3 +242,160 @@ def test_a_canary_splits_by_user_sticks_and_rolls_back_within_a_second_on_every_
 def expected(body: dict[str, Any], version: int | None) -> float:
     """What fake serving answers for `body` at `version` (the features as REST sends them)."""
     return fake_score(extract_features(Transaction.model_validate(body)), version or 1)
+
+
+def metric(url: str, name: str, **labels: str) -> float:
+    """The sum of the API's `name` samples whose labels include `labels` (0 when none)."""
+    text = httpx.get(url + "/metrics", timeout=5).text
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items())
+    )
+
+
+def test_a_missing_failing_or_hung_shadow_never_changes_a_primary_answer_or_its_status(tmp_path: Path) -> None:
+    models = "--models=fraud,fraud_twin,fraud_failing,fraud_hung"
+    serving = launch_fake(tmp_path, "serving", None, 0, models, "--error-models=fraud_failing")
+    wait_ready(serving)
+    rollouts = tmp_path / "rollouts.json"
+    write_rollouts(rollouts, {"fraud": {"stable": 1}})
+    api = start_api_process(tmp_path, "api", serving.url, MODEL_ROUTES=FRAUD_ROUTE, ROLLOUTS__FILE=str(rollouts))
+    users = distinct_users(300, seed=5)
+    try:
+        baseline = {a.user: (a.status, a.arm, a.version, a.score) for a in send(api.url, users)}
+        assert {status for status, *_ in baseline.values()} == {200}
+
+        httpx.post(serving.url + "/_fake/hold", params={"model": "fraud_hung"}, timeout=5).raise_for_status()
+        for shadow, outcomes in (
+            ("fraud_twin:latest", ("compared",)),  # a working shadow, so the others are not vacuous
+            ("fraud_missing:latest", ("failed",)),
+            ("fraud_failing:latest", ("failed",)),
+            ("fraud_hung:latest", ("failed", "dropped_deadline", "dropped_queue_full", "dropped_saturated")),
+        ):
+
+            def counted(outcomes: tuple[str, ...] = outcomes) -> float:
+                return sum(metric(api.url, "api_shadow_requests_total", route="fraud", outcome=o) for o in outcomes)
+
+            before = counted()
+            text = f"shadow {shadow}"
+            write_rollouts(rollouts, {"fraud": {"stable": 1, "shadow": shadow, "shadow_rate": 100}})
+            wait_until(lambda text=text: bool(applied(api.proc, text)), 30, f"{text} applied")
+            answers = send(api.url, users)
+            got = {a.user: (a.status, a.arm, a.version, a.score) for a in answers}
+            assert got == baseline, shadow
+            wait_until(lambda counted=counted, before=before: counted() > before, 30, f"{text}: {outcomes} counted")
+        assert metric(api.url, "api_shadow_difference_count", route="fraud", primary="fraud:1", shadow="fraud_twin:1")
+        assert serving.stats()["ran"].get("fraud_hung:1", 0) == 0  # held: it never answered
+    finally:
+        api.proc.stop()
+        serving.proc.stop()
+
+
+@pytest.mark.parametrize("protocol", ["rest", "grpc"])
+def test_a_replica_is_never_sent_a_version_it_does_not_have_available(tmp_path: Path, protocol: str) -> None:
+    """Two replicas, one still loading v2, then the other way round (v2 AVAILABLE, v1 gone)."""
+    both = '--versions={"fraud": {"1": "AVAILABLE", "2": "AVAILABLE"}}'
+    loading = '--versions={"fraud": {"1": "AVAILABLE", "2": "LOADING"}}'
+    grpc_ports = (free_port(), free_port()) if protocol == "grpc" else (0, 0)
+    ready = launch_fake(tmp_path, "ready", None, grpc_ports[0], "--models=fraud", both)
+    late = launch_fake(tmp_path, "late", None, grpc_ports[1], "--models=fraud", loading)
+    wait_ready(ready, late)
+    replicas = {"SERVING_URLS": f"{ready.url},{late.url}"}
+    if protocol == "grpc":
+        replicas = {"SERVING_GRPC_TARGETS": ",".join(f"127.0.0.1:{p}" for p in grpc_ports)}
+    api = start_api_process(
+        tmp_path,
+        "api",
+        ready.url,
+        MODEL_ROUTES=FRAUD_ROUTE,
+        SERVING_PROTOCOL=protocol,
+        MODEL_VERSION_TTL_S="0.25",
+        MODELS__FRAUD__ROLLOUT__STABLE="1",
+        MODELS__FRAUD__ROLLOUT__CANARY="2",
+        MODELS__FRAUD__ROLLOUT__CANARY_WEIGHT="50",
+        **replicas,
+    )
+    users = distinct_users(400, seed=3)
+    try:
+        answers = send(api.url, users)
+        assert Counter(a.status for a in answers) == {200: 400}
+        assert {(a.arm, a.version) for a in answers} == {("stable", 1), ("canary", 2)}
+        assert late.stats()["ran"].get("fraud:2", 0) == 0  # still loading: never sent v2
+        assert late.stats()["ran"].get("fraud:1", 0) > 0  # but it does serve v1
+        assert ready.stats()["ran"].get("fraud:2", 0) > 0  # predicts (coalesced), not rows: all v2 went here
+
+        # The late replica finishes v2 and unloads v1: it gets v2, and is never sent v1 again.
+        gone = {"fraud": {"2": "AVAILABLE", "1": "END"}}
+        httpx.post(late.url + "/_fake/versions", json=gone, timeout=5).raise_for_status()
+
+        def late_serves_v2() -> bool:
+            answers = send(api.url, users[:20])  # load, so the tracker's news reaches calls
+            assert Counter(a.status for a in answers) == {200: 20}
+            return bool(late.stats()["ran"].get("fraud:2", 0) > 0)
+
+        wait_until(late_serves_v2, 30, "the late replica to be sent v2")
+        v1_before = late.stats()["ran"].get("fraud:1", 0)
+        answers = send(api.url, users)
+        assert Counter(a.status for a in answers) == {200: 400}
+        assert {(a.arm, a.version) for a in answers} == {("stable", 1), ("canary", 2)}
+        assert late.stats()["ran"].get("fraud:1", 0) == v1_before
+    finally:
+        api.proc.stop()
+        ready.proc.stop()
+        late.proc.stop()
+
+
+def two_version_fraud_serving(tmp_path: Path) -> Serving:
+    """`python -m serving` with fraud versions 1 and 2 (2: a copy of the committed export) and
+    TF Serving's `version_labels` stable -> 1, canary -> 2, both versions served."""
+    models = tmp_path / "models"
+    for version in ("1", "2"):
+        shutil.copytree(REPO / "models" / "fraud" / "1", models / "fraud" / version)
+    config = tmp_path / "models.config"
+    config.write_text(
+        'model_config_list { config { name: "fraud" base_path: "%s" model_platform: "tensorflow"\n'
+        "  model_version_policy { all {} }\n"
+        '  version_labels { key: "stable" value: 1 } version_labels { key: "canary" value: 2 } } }\n'
+        % (models / "fraud")
+    )
+    # The labels name versions that are not loaded yet at start-up: TF Serving refuses such a
+    # config unless told to allow it (server_core.cc), and so does ours.
+    serving = start_serving(
+        tmp_path / "serving.log", model_config_file=config, allow_version_labels_for_unavailable_models=True
+    )
+    serving.wait_for_states("fraud", {1: "AVAILABLE", 2: "AVAILABLE"})
+    return serving
+
+
+def test_labels_route_a_canary_on_our_tf_serving_compatible_server_over_rest_and_grpc(tmp_path: Path) -> None:
+    serving = two_version_fraud_serving(tmp_path)
+    users = distinct_users(300, seed=9)
+    try:
+        for protocol in ("rest", "grpc"):
+            api = start_api_process(
+                tmp_path,
+                f"api-{protocol}",
+                serving.rest_url,
+                MODEL_ROUTES=FRAUD_ROUTE,
+                SERVING_PROTOCOL=protocol,
+                SERVING_GRPC_TARGETS=serving.grpc_target,
+                MODELS__FRAUD__ROLLOUT__STABLE="stable",
+                MODELS__FRAUD__ROLLOUT__CANARY="canary",
+                MODELS__FRAUD__ROLLOUT__CANARY_WEIGHT="30",
+                MODELS__FRAUD__ROLLOUT__ALLOW_PINNING="true",
+            )
+            try:
+                answers = send(api.url, users)
+                assert Counter(a.status for a in answers) == {200: 300}, protocol
+                assert {(a.arm, a.version) for a in answers} == {("stable", 1), ("canary", 2)}, protocol
+                # A client may pin a label (the rollout allows it); an unknown one is refused, 4xx.
+                pinned = send(api.url, users[:5], headers={"X-Model-Label": "canary"})
+                assert {(a.status, a.arm, a.version) for a in pinned} == {(200, "pinned", 2)}, protocol
+                unknown = send(api.url, users[:2], headers={"X-Model-Label": "nope"})
+                assert all(400 <= a.status < 500 for a in unknown), (protocol, unknown)
+            finally:
+                api.proc.stop()
+    finally:
+        serving.process.stop()
