@@ -244,6 +244,12 @@ def expected(body: dict[str, Any], version: int | None) -> float:
     return fake_score(extract_features(Transaction.model_validate(body)), version or 1)
 
 
+def access_lines(proc: Process) -> list[dict[str, Any]]:
+    """The `api.access` lines of an API process's log (JSON)."""
+    lines = [json.loads(line) for line in proc.log(None).splitlines() if line.startswith("{")]
+    return [line for line in lines if line.get("logger") == "api.access"]
+
+
 def metric(url: str, name: str, **labels: str) -> float:
     """The sum of the API's `name` samples whose labels include `labels` (0 when none)."""
     text = httpx.get(url + "/metrics", timeout=5).text
@@ -385,8 +391,14 @@ def test_labels_route_a_canary_on_our_tf_serving_compatible_server_over_rest_and
                 MODELS__FRAUD__ROLLOUT__CANARY="canary",
                 MODELS__FRAUD__ROLLOUT__CANARY_WEIGHT="30",
                 MODELS__FRAUD__ROLLOUT__ALLOW_PINNING="true",
+                ACCESS_LOG="true",
             )
             try:
+                targets = httpx.get(api.url + "/readyz", timeout=5).json()["models"]["fraud"]["rollout"]
+                assert {arm: (t["target"], t["version"]) for arm, t in targets.items()} == {
+                    "stable": ("fraud:stable", 1),
+                    "canary": ("fraud:canary", 2),
+                }, targets
                 answers = send(api.url, users)
                 assert Counter(a.status for a in answers) == {200: 300}, protocol
                 assert {(a.arm, a.version) for a in answers} == {("stable", 1), ("canary", 2)}, protocol
@@ -395,6 +407,13 @@ def test_labels_route_a_canary_on_our_tf_serving_compatible_server_over_rest_and
                 assert {(a.status, a.arm, a.version) for a in pinned} == {(200, "pinned", 2)}, protocol
                 unknown = send(api.url, users[:2], headers={"X-Model-Label": "nope"})
                 assert all(400 <= a.status < 500 for a in unknown), (protocol, unknown)
+                # The access log names the arm and the version of each answer.
+                logged = Counter(
+                    (line["arm"], line["model_version"])
+                    for line in access_lines(api.proc)
+                    if line.get("path") == SCORE and line.get("status") == 200
+                )
+                assert logged == Counter((a.arm, a.version) for a in answers + pinned), protocol
             finally:
                 api.proc.stop()
     finally:
