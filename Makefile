@@ -17,6 +17,7 @@
 #                     down (Docker, else podman from Debian's packages; ~8 min on a fresh machine)
 # make bench-serving - the serving tier alone: REST/gRPC, batching off/on, 1/2 cores (~6 min; h2load for
 #                      gRPC: apt-get install nghttp2-client, else a slower Python generator)
+# make rollout-demo - both tiers, fraud v1 and v2, open-loop load, canary 0 -> 10 -> 50 -> 100 -> 0 %: a table per step (~1 min)
 
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -81,6 +82,10 @@ bench-hop: $(STAMP)
 
 bench-serving: $(STAMP)
 	$(PY) -m bench.serving_tier
+
+.PHONY: rollout-demo
+rollout-demo: $(STAMP)
+	$(PY) -m tools.rollout_demo
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache

@@ -39,6 +39,7 @@ from tests.api.fake_serving import fake_score
 from tests.api.stack import FakeServing, launch_fake, start_api_process, transactions, wait_ready
 from tests.support import REPO, Process, free_port, http_ok, start_gunicorn, wait_until
 from tools.processes import Serving, start_serving
+from tools.rollout_demo import Connection
 
 FRAUD_ROUTE = "examples.fraud.route:route"
 SCORE = "/v1/fraud/score"
@@ -55,37 +56,6 @@ class Answer:
     user: str
     score: float | None
     elapsed_s: float
-
-
-class Connection:
-    """One keep-alive HTTP/1.1 connection on loopback, written and parsed by hand: httpx costs
-    about 2.6 ms of CPU per request on this 2-core machine, this a tenth of it, and the API's
-    own work is what the tests load."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str) -> None:
-        self.reader, self.writer, self.host = reader, writer, host
-
-    @classmethod
-    async def open(cls, url: str) -> Connection:
-        host, _, port = url.removeprefix("http://").partition(":")
-        reader, writer = await asyncio.open_connection(host, int(port))
-        return cls(reader, writer, f"{host}:{port}")
-
-    async def post(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
-        """(status, headers with lower-case names, body); the connection stays open."""
-        head = f"POST {path} HTTP/1.1\r\nhost: {self.host}\r\ncontent-type: application/json\r\n"
-        head += "".join(f"{k}: {v}\r\n" for k, v in headers.items())
-        self.writer.write(f"{head}content-length: {len(body)}\r\n\r\n".encode() + body)
-        status_line, *lines = (await self.reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
-        answer = {}
-        for line in lines:
-            name, sep, value = line.partition(":")
-            if sep:
-                answer[name.strip().lower()] = value.strip()
-        return int(status_line.split()[1]), answer, await self.reader.readexactly(int(answer["content-length"]))
-
-    def close(self) -> None:
-        self.writer.close()
 
 
 def send(
