@@ -1,4 +1,5 @@
-"""Rollouts over real processes: the API (gunicorn, as deployed) in front of serving replicas.
+"""Rollouts over real processes: the API (under gunicorn with two workers for the canary and its
+rollback, one uvicorn process otherwise) in front of serving replicas.
 
 - a canary's split over 10,000 users is within 1.5 points of its weight, and a user never
   switches arm while the weight holds;
@@ -8,7 +9,8 @@
 - a replica that does not have the target version AVAILABLE (still loading it, or unloaded
   it) is never sent it, over REST and gRPC;
 - labels against our TF-Serving-compatible server (`version_labels` in models.config): the
-  rollout's targets by label over REST (`/labels/L`) and gRPC (`version_label`).
+  rollout's targets by label over REST (`/labels/L`) and gRPC (`version_label`), pinning a
+  label, the arm in the access log and each target in `/readyz`.
 
 Serving here is `tests.api.fake_serving` (TF Serving's REST and gRPC APIs, with versions and
 states it can be told to change, and per-version counts), except for the labels, which run on
