@@ -1,6 +1,6 @@
 # Two targets:
-#   api       the API tier's image (tfserve-split/api): the `api` extra only (no TensorFlow, no
-#             example code), run as a non-root user. It serves the routes MODEL_ROUTES names:
+#   api       the API tier's image (tfserve-split/api): the `api` and `auth` extras only (no TensorFlow,
+#             no example code), run as a non-root user. It serves the routes MODEL_ROUTES names:
 #             build FROM it with your own package, as the `examples` target does.
 #   examples  the API image plus the example routes (tfserve-split/api-examples), what
 #             docker-compose.yml and deploy/k8s run by default.
@@ -17,8 +17,10 @@ COPY pyproject.toml README.md ./
 COPY api ./api
 # Shared with the serving image (neither tier imports the other).
 COPY http_hardening ./http_hardening
-COPY canonical_codes.py cpu_quota.py ./
-RUN pip install '.[api]'
+COPY canonical_codes.py cpu_quota.py otel_tracing.py ./
+# api-tracing: OpenTelemetry, imported only when an OTEL_* variable turns tracing on, so that the
+# deployment's one setting (OTEL_EXPORTER_OTLP_ENDPOINT) needs no other image.
+RUN pip install '.[api,api-tracing,auth]'
 COPY gunicorn.conf.py ./
 
 RUN useradd --create-home --uid 10001 --shell /usr/sbin/nologin app

@@ -27,6 +27,11 @@ requires. Both happen first thing here, in the master: prometheus-client picks i
 multiprocess values once, when it is first imported, and importing `api.http_server` below
 already imports it (through `api.observability.metrics`).
 
+Start-up mistakes: the reason the API cannot start (a route module that does not import, a
+route whose model serving lacks or whose signature does not fit) is the last line printed,
+`api: cannot start: <reason>`, after the traceback and gunicorn's own lines
+(`api.ops.start_failure`; `API_START_FAILURE_FILE`, made here when unset).
+
 This file is executed by gunicorn only; everything it does is for the server it starts.
 """
 
@@ -34,7 +39,9 @@ import atexit
 import gc
 import os
 import shutil
+import sys
 import tempfile
+import traceback
 from pathlib import Path
 
 # --- Prometheus multiprocess directory (before any import of prometheus_client) ------
@@ -66,7 +73,33 @@ if os.environ.get(_PREPARED_ENV) != str(os.getpid()):
 
 # Only now: these import prometheus_client (see the module doc).
 from api.http_server.limits import raise_open_files_limit  # noqa: E402
+from api.ops import start_failure  # noqa: E402
 from api.ops.cpu_budget import THREAD_ENV_VARS, available_cpus, threads_per_worker, web_concurrency  # noqa: E402
+
+# --- The reason the API could not start, printed last (api/ops/start_failure.py) ---------
+if not os.environ.get(start_failure.FILE_ENV):
+    _fd, _reason_file = tempfile.mkstemp(prefix="api-start-failure-")
+    os.close(_fd)
+    os.environ[start_failure.FILE_ENV] = _reason_file
+    atexit.register(lambda path=_reason_file, pid=os.getpid(): os.getpid() == pid and os.unlink(path))
+_default_excepthook = sys.excepthook
+
+
+def _start_failed(kind, exc, tb):
+    """The preloaded app failed to build (a MODEL_ROUTES or MODELS__... mistake): the error of the
+    user's own module, if one raised, then the reason as the last line, not gunicorn's frames."""
+    from api.config.enabled_routes import RouteConfigError
+
+    if isinstance(exc, RouteConfigError):
+        if exc.__cause__ is not None:
+            traceback.print_exception(exc.__cause__)
+    else:
+        _default_excepthook(kind, exc, tb)
+    start_failure.record(f"{exc}" if isinstance(exc, RouteConfigError) else f"{kind.__name__}: {exc}")
+    print(start_failure.last_line(start_failure.recorded() or str(exc)), file=sys.stderr, flush=True)
+
+
+sys.excepthook = _start_failed
 
 # A container's default soft limit (often 1024) would otherwise cap the connections a
 # worker can accept; each worker's `worker_connections` is held below it.
@@ -107,6 +140,14 @@ def pre_fork(server, worker):
     allocates itself as usual (https://docs.python.org/3/library/gc.html#gc.freeze).
     """
     gc.freeze()
+
+
+def on_exit(server):
+    """A worker's lifespan refused to start (a route's model missing or not fitting): its reason
+    is the last line, after gunicorn's "Reason: Worker failed to boot."."""
+    reason = start_failure.recorded()
+    if reason:
+        print(start_failure.last_line(reason), file=sys.stderr, flush=True)
 
 
 def child_exit(server, worker):

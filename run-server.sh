@@ -17,7 +17,8 @@
 # `python -m api.ops.cpu_budget` splits them between API workers and serving's session threads,
 # one TensorFlow thread each, so the two tiers never have more busy threads than CPUs
 # (from 2 CPUs up; `make doctor` checks it).
-# SIGTERM/SIGINT stop both: the API first (it drains in-flight requests), then serving.
+# SIGTERM/SIGINT/SIGHUP stop both: the API first (it drains in-flight requests), then serving,
+# and the script exits 0.
 #
 # Serving's REST and gRPC ports are bound to SERVING_BIND_HOST, loopback by default: in
 # this mode only the API is meant to be reachable from outside the container. With python -m
@@ -73,6 +74,9 @@ for port in "$GRPC_PORT" "$REST_API_PORT" "$API_PORT"; do
 done
 temp_files=()
 socket_dir=
+# The reason the API could not start, printed as the very last line (api/ops/start_failure.py).
+export API_START_FAILURE_FILE=${API_START_FAILURE_FILE:-$(mktemp "${TMPDIR:-/tmp}/api-start-failure.XXXXXX")}
+temp_files+=("$API_START_FAILURE_FILE")
 trap 'rm -f "${temp_files[@]}"; if [[ -n "$socket_dir" ]]; then rm -rf "$socket_dir"; fi' EXIT
 config=$MODEL_CONFIG_FILE
 if [[ -n "${MODELS_DIR:-}" ]]; then
@@ -163,7 +167,7 @@ serving_restart_backoff() {
 start_serving
 
 stop_all() {
-  trap - TERM INT
+  trap - TERM INT HUP
   [[ -n "$backoff_pid" ]] && { kill "$backoff_pid" 2>/dev/null || true; }
   [[ -n "$waiter_pid" ]] && { kill "$waiter_pid" 2>/dev/null || true; }
   if [[ -n "$api_pid" ]] && kill -0 "$api_pid" 2>/dev/null; then
@@ -175,7 +179,8 @@ stop_all() {
     wait "$serving_pid" 2>/dev/null || true
   fi
 }
-trap 'log "stopping"; stop_all; exit 0' TERM INT
+# HUP too: a closed terminal stops both tiers cleanly rather than leaving them behind.
+trap 'log "stopping"; stop_all; exit 0' TERM INT HUP
 
 # Wait for every model to report a version AVAILABLE.
 deadline=$((SECONDS + SERVING_READY_TIMEOUT_S))
@@ -191,7 +196,9 @@ for name in "${model_names[@]}"; do
       continue
     fi
     if (( SECONDS >= deadline )); then
-      log "model '$name' not AVAILABLE after ${SERVING_READY_TIMEOUT_S}s"; stop_all; exit 1
+      stop_all
+      log "model '$name' not AVAILABLE after ${SERVING_READY_TIMEOUT_S}s (SERVING_READY_TIMEOUT_S); serving's log above says why"
+      exit 1
     fi
     sleep 0.2
   done
@@ -204,6 +211,8 @@ fi
 if [[ -n "$socket_dir" && -z "${SERVING_GRPC_TARGETS:-}" ]]; then
   export SERVING_GRPC_TARGETS="unix:$socket_dir/grpc.sock"
 fi
+# The models serving's config names, for the API's message about a route whose model it lacks.
+export SERVING_MODEL_CONFIG_FILE=${SERVING_MODEL_CONFIG_FILE:-$(cd "$(dirname "$config")" && pwd)/$(basename "$config")}
 export SERVING_URL=${SERVING_URL:-http://${SERVING_HOST}:${REST_API_PORT}}
 # The API's gRPC target follows GRPC_PORT too (used when SERVING_PROTOCOL=grpc).
 export SERVING_GRPC_TARGETS=${SERVING_GRPC_TARGETS:-${SERVING_HOST}:${GRPC_PORT}}
@@ -216,15 +225,22 @@ api_pid=$!
 # requests do not fill the access log). In the background and waited for together with
 # the API, so the API exiting, or SIGTERM, ends the wait at once.
 api_url="http://127.0.0.1:${API_PORT}"
-(cd "$HERE" && exec "$PYTHON" -m api.ops.readiness_wait "$api_url/readyz" --timeout-s $(( deadline + 60 - SECONDS ))) &
+ready_timeout_s=$(( deadline + 60 - SECONDS ))
+(cd "$HERE" && exec "$PYTHON" -m api.ops.readiness_wait "$api_url/readyz" --timeout-s "$ready_timeout_s") &
 waiter_pid=$!
 waited=0
 wait -n "$waiter_pid" "$api_pid" || waited=$?
 if ! kill -0 "$api_pid" 2>/dev/null; then
-  log "API exited before it was ready"; stop_all; exit 1
+  stop_all
+  log "API exited before it was ready: $(cat "$API_START_FAILURE_FILE" 2>/dev/null || true)"
+  exit 1
 fi
 waiter_pid=
-if (( waited != 0 )); then log "API not ready in time"; stop_all; exit 1; fi
+if (( waited != 0 )); then
+  stop_all
+  log "API not ready within ${ready_timeout_s}s (SERVING_READY_TIMEOUT_S + 60): $(cat "$API_START_FAILURE_FILE" 2>/dev/null || true)"
+  exit 1
+fi
 if [[ "${SERVING_PROTOCOL:-rest}" == "grpc" ]]; then
   serving_at="gRPC $SERVING_GRPC_TARGETS"
 elif [[ -n "${SERVING_SOCKET_PATH:-}" ]]; then

@@ -16,23 +16,26 @@ the same shape by the handlers of `api.request.errors`.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from fastapi import FastAPI
 
 from api.config.enabled_routes import RouteConfigError, configure_routes, load_routes
 from api.config.rollouts import RolloutFileError, file_signature, read_rollout_file
+from api.config.serving_config import served_models
 from api.config.settings import Settings
-from api.inference.readiness import require_models
+from api.inference.readiness import ModelsNotServed, require_models
 from api.inference.served_model import ServedModel
 from api.model_routes import ModelRoute
 from api.observability.wiring import install_observability
+from api.oip.front import OipFront
+from api.ops import start_failure
 from api.ops.cpu_budget import available_cpus
 from api.request.admission.in_flight import InFlightBoard
-from api.request.admission.rules import Limits
+from api.request.admission.rules import EXEMPT_PATHS, Limits
 from api.request.context import outgoing_headers
 from api.request.errors import install_error_handlers
 from api.request.middleware import RequestMiddleware
@@ -41,15 +44,25 @@ from api.rollouts.router import Role
 from api.rollouts.watcher import rollouts_in_force
 from api.routes import health, metrics
 from api.routes.model_endpoint import ModelEndpoint
+from api.security.front_door import FrontDoor
 from api.serving_client import Deadline, ServingClient, open_serving_client
+
+if TYPE_CHECKING:
+    from api.observability.tracing import Tracing
 
 ClientOpener = Callable[[], AbstractAsyncContextManager[ServingClient]]
 
 
-def _open_from_settings(settings: Settings, models: Sequence[str]) -> AbstractAsyncContextManager[ServingClient]:
-    """The serving client `SERVING_*` describe, sending each request's id (`X-Request-ID`);
-    a newly discovered replica gets calls once it has `models` AVAILABLE."""
-    return open_serving_client(settings.serving_client_config(models), metadata=outgoing_headers)
+def _open_from_settings(
+    settings: Settings, models: Sequence[str], tracing: Tracing | None = None
+) -> AbstractAsyncContextManager[ServingClient]:
+    """The serving client `SERVING_*` describe, sending each request's id (`X-Request-ID`) and,
+    when tracing, its trace context and spans; a newly discovered replica gets calls once it has
+    `models` AVAILABLE."""
+    if tracing is None:
+        return open_serving_client(settings.serving_client_config(models), metadata=outgoing_headers)
+    metadata = tracing.with_trace_context(outgoing_headers)
+    return open_serving_client(settings.serving_client_config(models), metadata=metadata, tracer=tracing.client)
 
 
 def _served_model(
@@ -83,12 +96,14 @@ def create_app(
 
     Raises:
         api.config.enabled_routes.RouteConfigError: a route cannot be loaded or its settings are wrong.
+        api.security.front_door.SecurityConfigError: authentication's key file or JWT key cannot be loaded.
     """
     settings = settings if settings is not None else Settings()
     declared = routes if routes is not None else load_routes(settings.model_routes)
     endpoints = [ModelEndpoint(configured) for configured in configure_routes(declared, settings)]
     models = [e.configured.signature.model_name for e in endpoints]
-    opener: ClientOpener = open_client or partial(_open_from_settings, settings, models)
+    opener: ClientOpener = open_client or (lambda: _open_from_settings(settings, models, observability.tracing))
+    oip = OipFront(settings, route_models=models)  # the Open Inference Protocol front (OIP__MODELS)
     # Each route's rollout (api.rollouts): its settings', overridden by the rollout file's, which
     # is read here once so a bad file stops the app at build time, then watched by each worker.
     route_names = [e.configured.route.name for e in endpoints]
@@ -106,11 +121,16 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with opener() as client:
             app.state.serving_client = client
-            await require_models(
-                client,
-                {e.configured.route.name: e.configured.signature for e in endpoints},
-                Deadline.after(settings.serving_timeout_s),
-            )
+            try:
+                await require_models(
+                    client,
+                    {e.configured.route.name: e.configured.signature for e in endpoints},
+                    Deadline.after(settings.serving_timeout_s),
+                    served_models(settings.serving_model_config_file),
+                )
+            except ModelsNotServed as exc:
+                start_failure.record(str(exc))  # the last line printed (api.ops.start_failure)
+                raise
             # CPU-bound preprocessing (image decoding) runs in threads, at most one per
             # usable CPU at a time.
             cpu_limiter = anyio.CapacityLimiter(available_cpus())
@@ -130,7 +150,13 @@ def create_app(
                         name = endpoint.configured.route.name
                         served = partial(_served_model, client, settings, signature.signature_name)
                         rollouts[name] = RouteRollout(name, signature, served, start_rollouts[name], mirror)
-                        endpoint.bind(rollouts[name], app.state.events, cpu_limiter)
+                        endpoint.bind(
+                            rollouts[name],
+                            app.state.events,
+                            cpu_limiter,
+                            tracing=observability.tracing,
+                            capture=app.state.payload_capture,
+                        )
                     watcher = (
                         RolloutWatcher(
                             rollout_file,
@@ -143,12 +169,24 @@ def create_app(
                         if rollout_file is not None
                         else None
                     )
+                    serving_oip = (
+                        oip.running(
+                            app,
+                            client,
+                            in_flight=in_flight,
+                            metrics=observability.metrics,
+                            access_log=observability.access_log,
+                        )
+                        if oip.enabled
+                        else nullcontext()
+                    )
                     mirror.start()
                     if watcher is not None:
                         await watcher.check()  # the file may have changed since the app was built
                         watcher.start()
                     try:
-                        yield
+                        async with serving_oip:
+                            yield
                     finally:
                         if watcher is not None:
                             await watcher.aclose()
@@ -177,13 +215,25 @@ def create_app(
             request_timeout_s=settings.request_timeout_s,
             max_body_bytes=settings.max_body_bytes,
             path_body_limits={e.configured.route.path: e.configured.max_body_bytes for e in endpoints},
+            prefix_body_limits=((oip.prefix + "/", oip.max_body_bytes),) if oip.enabled else (),
+            exempt_paths=EXEMPT_PATHS | oip.probe_paths if oip.enabled else EXEMPT_PATHS,
+            path_limit_settings={
+                e.configured.route.path: Settings.model_setting_variable(e.configured.route.name, "max_body_bytes")
+                for e in endpoints
+            },
         ),
         metrics=observability.metrics,
         loop_monitor=observability.loop_monitor,
         access_log=observability.access_log,
+        tracing=observability.tracing,
+        error_field_prefixes=(oip.prefix,) if oip.enabled else (),
+        # Made here too (in the master under preload): the rate-limit buckets are shared memory.
+        front_door=FrontDoor.from_settings(settings.auth, settings.rate_limits),
     )
     app.include_router(health.router)
     app.include_router(metrics.router)
     for endpoint in endpoints:
         app.include_router(endpoint.router())
+    if oip.enabled:
+        app.include_router(oip.router())
     return app

@@ -5,11 +5,13 @@ are the fast part that runs with every `make test`."""
 
 from __future__ import annotations
 
-import re
 import tomllib
+from pathlib import Path, PurePosixPath
 
 import yaml
 
+from api.config.security import AuthSettings, RateLimitSettings
+from api.security.front_door import FrontDoor, Refusal
 from tests.support import REPO
 
 
@@ -89,10 +91,38 @@ def test_healthchecks() -> None:
         # CMD-SHELL: podman 4.3 splits CMD-form arguments on spaces.
         assert check["test"][0] == "CMD-SHELL" and len(check["test"]) == 2
         assert check["interval"] and check["retries"] >= 1 and check["start_period"]
-    serving_check = services["serving"]["healthcheck"]["test"][1]
-    configured = re.findall(r'name:\s*"([^"]+)"', (REPO / "models.config").read_text())
-    assert "AVAILABLE" in serving_check and f"for m in {' '.join(configured)};" in serving_check
+    # serving's check reads the model names from the mounted config (deploy/serving/models-available.sh,
+    # tests/test_models_available.py): none are written here.
+    serving = services["serving"]
+    assert serving["healthcheck"]["test"][1] == "bash /config/models-available.sh /config/models.config 8501"
+    assert "./deploy/serving/models-available.sh:/config/models-available.sh:ro" in serving["volumes"]
+    assert "fraud" not in serving["healthcheck"]["test"][1]
     assert "/readyz" in services["api"]["healthcheck"]["test"][1]
+
+
+def test_the_api_service_leaves_model_routes_to_the_image() -> None:
+    # compose's environment: beats an image's ENV: naming the examples here would override the
+    # routes of an image of one's own (and a route setting of theirs would stop such an API).
+    environment = load()["services"]["api"]["environment"]
+    assert "MODEL_ROUTES" not in environment and not any(k.startswith("MODELS__") for k in environment)
+    assert "MODEL_ROUTES=examples.fraud.route:route,examples.digits.route:route" in " ".join(
+        dockerfile_stages()["examples"]
+    )
+
+
+def test_the_own_model_override_mounts_models_config_and_routes() -> None:
+    override = yaml.safe_load((REPO / "deploy/compose/own-model.override.yml").read_text())["services"]
+    targets = {v.rsplit(":", 2)[1]: v.split(":")[0] for v in override["serving"]["volumes"]}
+    # Mount targets the base's volumes use, so compose replaces those mounts with the user's.
+    assert targets == {"/models": "${MODELS_DIR", "/config/models.config": "${MODEL_CONFIG_FILE"}
+    base_targets = {v.split(":")[1] for v in load()["services"]["serving"]["volumes"]}
+    assert set(targets) <= base_targets
+    api = override["api"]
+    assert api["image"] == "${API_IMAGE:-tfserve-split/api:0.1.0}" and api["build"] == {"target": "api"}
+    assert api["environment"]["MODEL_ROUTES"].startswith("${MODEL_ROUTES:?")
+    assert api["environment"]["PYTHONPATH"].split(":")[0] == "/routes"
+    assert any(v.rsplit(":", 2)[1] == "/routes" for v in api["volumes"])
+    assert (REPO / "deploy/compose/no-routes").is_dir()
 
 
 def dockerfile_stages() -> dict[str, list[str]]:
@@ -108,12 +138,13 @@ def dockerfile_stages() -> dict[str, list[str]]:
     return stages
 
 
-def test_api_image_installs_only_the_api_extra_has_no_example_code_and_runs_as_non_root() -> None:
+def test_api_image_installs_only_the_api_extras_has_no_example_code_and_runs_as_non_root() -> None:
     stages = dockerfile_stages()
     assert list(stages) == ["api", "examples"]
     lines = stages["api"]
     installs = [line for line in lines if line.startswith("RUN pip install")]
-    assert installs == ["RUN pip install '.[api]'"]
+    # The api extra, tracing's (loaded only when an OTEL_* variable turns it on) and auth (JWT: PyJWT).
+    assert installs == ["RUN pip install '.[api,api-tracing,auth]'"]
     copied = [line.split()[1] for line in lines if line.startswith("COPY ")]
     assert not any(path.startswith("examples") for path in copied), copied
     users = [line for line in lines if line.startswith("USER ")]
@@ -121,7 +152,8 @@ def test_api_image_installs_only_the_api_extra_has_no_example_code_and_runs_as_n
     assert not any("tensorflow" in line for line in lines)
     # The api extra carries no dependency of an example's own.
     extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    assert not any(dep.startswith(("pillow", "python-multipart")) for dep in extras["api"])
+    api_extras = extras["api"] + extras["api-tracing"] + extras["auth"]
+    assert not any(dep.startswith(("pillow", "python-multipart")) for dep in api_extras)
     assert {dep.split(">")[0] for dep in extras["examples"]} == {"pillow", "python-multipart"}
 
 
@@ -140,7 +172,7 @@ def test_examples_image_adds_the_examples_to_the_api_image_as_a_users_route() ->
 def test_serving_image_installs_only_the_serving_extra_with_tf_servings_entrypoint() -> None:
     text = (REPO / "Dockerfile.serving").read_text()
     lines = [line.strip() for line in text.splitlines()]
-    assert "pip install '.[serving]'" in text and "[api]" not in text
+    assert "pip install '.[serving,serving-tracing]'" in text and "[api" not in text
     users = [line for line in lines if line.startswith("USER ")]
     assert users and users[-1] not in ("USER root", "USER 0")
     assert 'ENTRYPOINT ["/usr/bin/tf_serving_entrypoint.sh"]' in lines
@@ -158,5 +190,23 @@ def test_both_images_copy_the_code_the_tiers_share() -> None:
             for line in (REPO / dockerfile).read_text().splitlines()
             if line.startswith("COPY ")
         )
-        for shared in (f"{tier} ./{tier}", "http_hardening ./http_hardening", "cpu_quota.py"):
+        for shared in (f"{tier} ./{tier}", "http_hardening ./http_hardening", "cpu_quota.py", "otel_tracing.py"):
             assert shared in copied, f"{dockerfile} does not copy {shared.split()[0]}"
+
+
+def test_api_requires_a_key_from_the_mounted_key_folder(tmp_path: Path) -> None:
+    api = load()["services"]["api"]
+    env = api["environment"]
+    assert env["AUTH__ENABLED"] == "true"
+    key_file = PurePosixPath(env["AUTH__API_KEYS_FILE"])
+    # The folder is mounted, read-only (a mounted file would keep its old inode after a rename).
+    (volume,) = [v for v in api["volumes"] if v.rsplit(":", 2)[1] == str(key_file.parent)]
+    host, _, mode = volume.rsplit(":", 2)
+    assert host == "${API_AUTH_DIR:-./deploy/compose/auth}" and mode == "ro"
+    committed = REPO / "deploy" / "compose" / "auth" / key_file.name
+    assert committed.stat().st_mode & 0o044 == 0o044  # readable by the container's user
+    # The committed file loads and lists no key: nothing but the probes answers until one is added.
+    door = FrontDoor(AuthSettings(enabled=True, api_keys_file=committed), RateLimitSettings())
+    assert door.api_keys is not None and not door.api_keys.keys
+    assert door.check("/readyz", [], None) is None and "/readyz" in api["healthcheck"]["test"][1]
+    assert isinstance(door.check("/v1/fraud/score", [], None), Refusal)

@@ -3,12 +3,14 @@ and the wiring checked against the apps themselves (labels, probes, ports, env, 
 
 from __future__ import annotations
 
+import base64
 import math
 import re
 import shutil
 import subprocess
 import tomllib
 from collections.abc import Iterator
+from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -17,8 +19,10 @@ import pytest
 import yaml
 
 from api.app import create_app
+from api.config.security import AuthSettings, RateLimitSettings
 from api.config.settings import Settings
 from api.ops.cpu_budget import threads_per_worker, web_concurrency
+from api.security.front_door import FrontDoor, Refusal
 from tests.support import REPO
 
 K8S = REPO / "deploy" / "k8s"
@@ -124,10 +128,18 @@ def test_api_env_names_are_settings_or_gunicorn_variables(objects: list[dict[str
     assert {"API_BIND", "API_GRACEFUL_TIMEOUT_S"} <= gunicorn_vars
     (api,) = [c for name, c in containers(objects) if name == "api"]
     names = [e["name"] for e in api["env"]]
-    unknown = [n for n in names if n not in settings | gunicorn_vars]
+    # A nested setting (AUTH__ENABLED) is named by its field, then `__` and the nested field's name;
+    # OTEL_*: OpenTelemetry's own variables (otel_tracing and the SDK read them).
+    unknown = [
+        n for n in names if n not in gunicorn_vars and n.split("__")[0] not in settings and not n.startswith("OTEL_")
+    ]
     assert not unknown, f"env the API never reads: {unknown}"
     env = {e["name"]: e["value"] for e in api["env"]}
-    Settings.model_validate({k.lower(): v for k, v in env.items() if k in settings})  # values parse too
+    with pytest.MonkeyPatch.context() as patch:  # values parse too, read as the app reads them
+        for name, value in env.items():
+            if name not in gunicorn_vars:
+                patch.setenv(name, value)
+        Settings()
     assert env["API_BIND"].rsplit(":", 1)[1] == "8000"
 
 
@@ -142,20 +154,19 @@ def test_api_probes_are_routes_of_the_app(objects: list[dict[str, Any]]) -> None
         assert api[probe]["httpGet"]["port"] == "http"
 
 
-def test_serving_probes_ask_model_status_of_the_configured_models(objects: list[dict[str, Any]]) -> None:
-    # TF Serving's own model status path pattern.
-    from serving.model_servers.http_rest_api_handler import _MODEL_STATUS_API
-
+def test_serving_probes_read_the_model_names_from_the_mounted_config(objects: list[dict[str, Any]]) -> None:
+    # No model names in the manifests: the probes' script reads them from /config/models.config.
     (serving,) = [c for name, c in containers(objects) if name == "serving"]
-    configured = re.findall(r'name:\s*"([^"]+)"', (K8S / "models.config").read_text())
-    liveness = serving["livenessProbe"]["httpGet"]
-    assert liveness["port"] == "http" and _MODEL_STATUS_API.fullmatch(liveness["path"])
-    assert liveness["path"].rsplit("/", 1)[1] in configured
-    for probe in ("startupProbe", "readinessProbe"):
-        script = serving[probe]["exec"]["command"][-1]
-        assert "/dev/tcp/127.0.0.1/8501" in script and "AVAILABLE" in script
-        assert re.search(r"for m in ([\w ]+);", script).group(1).split() == configured
-        assert _MODEL_STATUS_API.fullmatch("/v1/models/fraud") and "GET /v1/models/$m " in script
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        command = serving[probe]["exec"]["command"]
+        assert command[:2] == ["bash", "/config/models-available.sh"], command
+        assert command[-2:] == ["/config/models.config", "8501"]
+        assert "fraud" not in " ".join(command) and "digits" not in " ".join(command)
+    assert "--answers" in serving["livenessProbe"]["exec"]["command"]  # alive: the port answers HTTP
+    config_maps = {name.rsplit("-", 1)[0]: cm for name, cm in of_kind(objects, "ConfigMap").items()}
+    assert config_maps["serving-monitoring"]["data"]["models-available.sh"] == (
+        REPO / "deploy" / "serving" / "models-available.sh"
+    ).read_text()
 
 
 def test_cpu_limits_agree_with_how_each_tier_sizes_its_threads(objects: list[dict[str, Any]]) -> None:
@@ -197,21 +208,25 @@ def test_serving_gets_models_config_and_models_volume(objects: list[dict[str, An
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert mounts["models"]["mountPath"] == "/models" and mounts["models"]["readOnly"] is True
     assert volumes["models"]["persistentVolumeClaim"]["claimName"] in of_kind(objects, "PersistentVolumeClaim")
-    config_map = of_kind(objects, "ConfigMap")[volumes["config"]["configMap"]["name"]]
-    assert set(config_map["data"]) == {"models.config", "monitoring.config"}
-    for key in config_map["data"]:
-        assert f"--{key.replace('.config', '')}_config_file=/config/{key}" in serving["args"] or (
-            key == "models.config" and "--model_config_file=/config/models.config" in serving["args"]
-        )
-    for line in config_map["data"]["models.config"].splitlines():
+    assert mounts["config"]["mountPath"] == "/config"
+    config_maps = of_kind(objects, "ConfigMap")
+    data: dict[str, str] = {}
+    for source in volumes["config"]["projected"]["sources"]:
+        data |= config_maps[source["configMap"]["name"]]["data"]
+    assert set(data) == {"models.config", "monitoring.config", "models-available.sh"}
+    assert "--model_config_file=/config/models.config" in serving["args"]
+    assert "--monitoring_config_file=/config/monitoring.config" in serving["args"]
+    for line in data["models.config"].splitlines():
         if line.strip().startswith("base_path:"):
             assert line.split('"')[1].startswith("/models/")
 
 
 def test_config_copies_equal_the_repository_files() -> None:
     # kustomize reads no file outside deploy/k8s, so these are copies; they must not drift.
-    assert (K8S / "models.config").read_text() == (REPO / "models.config").read_text()
-    assert (K8S / "monitoring.config").read_text() == (REPO / "deploy" / "serving" / "monitoring.config").read_text()
+    base = K8S / "base"
+    assert (base / "models.config").read_text() == (REPO / "models.config").read_text()
+    for name in ("monitoring.config", "models-available.sh"):
+        assert (base / name).read_text() == (REPO / "deploy" / "serving" / name).read_text()
 
 
 def test_api_image_is_the_one_compose_builds(objects: list[dict[str, Any]]) -> None:
@@ -222,3 +237,28 @@ def test_api_image_is_the_one_compose_builds(objects: list[dict[str, Any]]) -> N
     assert images["api"] == compose["services"]["api"]["image"]
     version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
     assert images["api"] == f"tfserve-split/api-examples:{version}"
+
+
+def test_api_requires_a_key_from_the_api_keys_secret_mounted_whole(
+    objects: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    deployment = of_kind(objects, "Deployment")["api"]
+    pod = deployment["spec"]["template"]["spec"]
+    (api,) = pod["containers"]
+    env = {e["name"]: e["value"] for e in api["env"]}
+    assert env["AUTH__ENABLED"] == "true"
+    key_file = PurePosixPath(env["AUTH__API_KEYS_FILE"])
+    (mount,) = [m for m in api["volumeMounts"] if m["mountPath"] == str(key_file.parent)]
+    assert mount["readOnly"] is True and "subPath" not in mount  # a subPath mount never sees updates
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    secret = of_kind(objects, "Secret")[volume["secret"]["secretName"]]
+    assert secret["metadata"]["name"] == "api-keys"  # no hash suffix: updated in place, not rolled
+    assert key_file.name in secret["data"]
+    # The Secret's file is one the front door loads (the base lists no key: all but the probes refused).
+    (tmp_path / "api-keys").write_bytes(base64.b64decode(secret["data"][key_file.name]))
+    auth = AuthSettings(enabled=True, api_keys_file=tmp_path / "api-keys")
+    door = FrontDoor(auth, RateLimitSettings())
+    assert door.api_keys is not None and not door.api_keys.keys
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert door.check(api[probe]["httpGet"]["path"], [], None) is None  # the probes are public
+    assert isinstance(door.check("/v1/fraud/score", [], None), Refusal)

@@ -1,4 +1,4 @@
-"""Serve your own model, as the README says: a SavedModel of one's own and a route declared
+"""Serve your own model, as docs/own-model.md says: a SavedModel of one's own and a route declared
 outside `api/`, served through both tiers (run-server.sh) over REST and gRPC, and scored.
 
 The model is exported here (examples/own_model/export.py: a logistic regression on the
@@ -10,6 +10,7 @@ user's model.
 from __future__ import annotations
 
 import ast
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,7 +20,7 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.support import REPO, free_port, start_run_server, wait_run_server
+from tests.support import REPO, free_port, run_server_env, start_run_server, wait_run_server
 
 OWN = REPO / "examples" / "own_model"
 
@@ -102,3 +103,37 @@ def test_an_own_model_is_served_and_scored(api: str, reference: object) -> None:
     assert httpx.post(api + "/v1/fraud/score", json={}, timeout=10).status_code == 404  # not enabled
     paths = httpx.get(api + "/openapi.json", timeout=10).json()["paths"]
     assert "/v1/iris/classify" in paths and "/v1/fraud/score" not in paths
+
+
+def test_a_scaffolded_route_serves_a_fresh_export_with_no_line_written(
+    exported: Path, reference: object, tmp_path: Path
+) -> None:
+    """The "serve your own model" page's first steps: scaffold the route from the SavedModel, then
+    `make run`'s script on the files it wrote; the model's inputs are its raw features."""
+    project = tmp_path / "my-model"
+    shutil.copytree(exported.parent / "iris", project / "models" / "iris")
+    done = subprocess.run(
+        [sys.executable, "-m", "api.model_routes.scaffold", "--saved-model", str(project / "models" / "iris"),
+         "--name", "iris"],
+        capture_output=True, text=True, cwd=REPO, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    port = free_port()
+    env = run_server_env(
+        MODELS_DIR=str(project / "models"), MODEL_CONFIG_FILE=str(project / "models.config"),
+        PYTHONPATH=str(project / "routes"), MODEL_ROUTES="iris_route:route", API_PORT=str(port), WEB_CONCURRENCY="1",
+    )  # fmt: skip
+    proc = start_run_server(tmp_path / "run-server.log", **env)
+    flowers = [[5.1, 3.5, 1.4, 0.2], [6.2, 2.9, 4.3, 1.3], [7.7, 3.0, 6.1, 2.3]]
+    expected = reference.predict_proba(np.asarray(flowers))  # type: ignore[attr-defined]
+    try:
+        wait_run_server(proc)
+        for flower, want in zip(flowers, expected, strict=True):
+            r = httpx.post(f"http://127.0.0.1:{port}/v1/iris/predict", json={"measurements": flower}, timeout=10)
+            assert r.status_code == 200, r.text
+            assert r.json()["probabilities"] == pytest.approx(want, abs=1e-5)
+            assert r.json()["model"] == {"name": "iris", "version": 1}
+        for bad in ({"measurements": [5.1, 3.5, 1.4]}, {"measurements": ["5.1", 3.5, 1.4, 0.2]}, {}):
+            assert httpx.post(f"http://127.0.0.1:{port}/v1/iris/predict", json=bad, timeout=10).status_code == 422
+    finally:
+        assert proc.stop(timeout_s=60) == 0, proc.log()

@@ -153,6 +153,10 @@ def test_what_run_server_starts_coalesces_concurrent_scores(tmp_path: Path, monk
     assert 0 < predicts < len(bodies), f"{predicts} Predicts at serving for {len(bodies)} scores"
 
 
+def last_line(log: str) -> str:
+    return log.rstrip().splitlines()[-1]
+
+
 def test_an_enabled_route_whose_model_serving_lacks_stops_the_api_at_once(tmp_path: Path) -> None:
     config = tmp_path / "fraud-only.config"
     config.write_text(FRAUD_ONLY)
@@ -161,14 +165,17 @@ def test_an_enabled_route_whose_model_serving_lacks_stops_the_api_at_once(tmp_pa
         assert proc.popen.wait(180) != 0  # digits is enabled by default; its model is not there
     finally:
         proc.stop()
-    log = proc.log()
-    assert "route 'digits' calls model 'digits'" in log and "API exited before it was ready" in log, log
+    # The reason is the last line printed, after the tiers' own shutdown lines, with the models
+    # serving's config names and the fix.
+    last = last_line(proc.log(tail_chars=None))
+    assert last.startswith("run-server: API exited before it was ready: serving does not have the model"), last
+    assert "route 'digits' calls model 'digits'" in last and "Serving's model config names: fraud." in last
+    assert last.endswith("or leave the route out of MODEL_ROUTES.")
 
 
-def test_while_the_api_is_not_ready_run_server_says_why_once_and_polls_quietly(tmp_path: Path) -> None:
-    """A route calling a signature the model does not have: the API starts, /readyz is 503
-    with the reason, and run-server prints that reason once while it waits, without an
-    access-log line of its own every fraction of a second."""
+def test_a_route_that_does_not_fit_its_models_signature_stops_the_api_at_once(tmp_path: Path) -> None:
+    """A signature the model does not have: the API does not start, and the last line says why
+    and what to do (it used to start and answer 502 while run-server waited)."""
     config = tmp_path / "fraud-only.config"
     config.write_text(FRAUD_ONLY)
     proc = run_server(
@@ -177,7 +184,47 @@ def test_while_the_api_is_not_ready_run_server_says_why_once_and_polls_quietly(t
         MODEL_ROUTES="examples.fraud.route:route",
         MODELS__FRAUD__SIGNATURE_NAME="scores",
     )
-    reason = "run-server: API not ready yet: not ready: fraud: version 1 has no signature 'scores'"
+    try:
+        assert proc.popen.wait(180) == 1
+    finally:
+        proc.stop()
+    last = last_line(proc.log(tail_chars=None))
+    assert last.startswith(
+        "run-server: API exited before it was ready: route 'fraud' does not fit model 'fraud' version 1, "
+        "signature 'scores': version 1 has no signature 'scores' (it has: __saved_model_init_op, serving_default). "
+        "Fix: "
+    ), last
+    assert "API ready on" not in proc.log(tail_chars=None)
+
+
+def test_a_route_module_that_does_not_import_says_to_check_pythonpath_last(tmp_path: Path) -> None:
+    proc = run_server(tmp_path, MODEL_ROUTES="my_routes.iris:route", PYTHONPATH=str(tmp_path / "nowhere"))
+    try:
+        assert proc.popen.wait(180) == 1
+    finally:
+        proc.stop()
+    log = proc.log(tail_chars=None)
+    assert last_line(log) == (
+        "run-server: API exited before it was ready: MODEL_ROUTES: cannot import 'my_routes.iris:route': no module "
+        f"'my_routes' on the Python path (PYTHONPATH is '{tmp_path / 'nowhere'}'). Fix: add the folder that holds "
+        "'my_routes' to PYTHONPATH."
+    )
+    assert "Traceback" not in log  # nothing of the user's ran: no traceback to read
+
+
+def test_while_the_api_is_not_ready_run_server_says_why_once_and_polls_quietly(tmp_path: Path) -> None:
+    """Serving unreachable from the API (a SERVING_URL nothing listens on): the API starts,
+    /readyz is 503 with the reason, and run-server prints that reason once while it waits,
+    without an access-log line of its own every fraction of a second."""
+    config = tmp_path / "fraud-only.config"
+    config.write_text(FRAUD_ONLY)
+    proc = run_server(
+        tmp_path,
+        MODEL_CONFIG_FILE=str(config),
+        MODEL_ROUTES="examples.fraud.route:route",
+        SERVING_URL=f"http://127.0.0.1:{free_port()}",
+    )
+    reason = "run-server: API not ready yet: not ready: fraud: model status: connection refused"
     try:
         wait_until(lambda: reason in proc.log() or not proc.alive(), 180, "run-server to say why")
         assert proc.alive(), proc.log()

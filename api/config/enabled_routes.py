@@ -48,6 +48,8 @@ class ConfiguredRoute:
         max_body_bytes: the route's body limit, bytes (for an upload, the file's limit
             plus `MULTIPART_ALLOWANCE_BYTES`).
         max_upload_bytes: the file's limit of an upload route, bytes; None for JSON.
+        capture_sample_rate: the fraction of answered requests captured (the route's
+            `PayloadCapture.sample_rate` unless `MODELS__<ROUTE>__CAPTURE_SAMPLE_RATE` is set).
     """
 
     route: ModelRoute[Any, Any, Any]
@@ -55,6 +57,7 @@ class ConfiguredRoute:
     options: BaseModel
     max_body_bytes: int
     max_upload_bytes: int | None
+    capture_sample_rate: float = 0.0
 
 
 def load_routes(entries: Sequence[str]) -> list[ModelRoute[Any, Any, Any]]:
@@ -63,8 +66,9 @@ def load_routes(entries: Sequence[str]) -> list[ModelRoute[Any, Any, Any]]:
     Raises:
         RouteConfigError: there is no entry; an entry is not `package.module:attribute`; its
             module is not on the Python path (the message names `PYTHONPATH`) or fails to
-            import (e.g. a package it needs is not installed); or the attribute is missing or
-            not a `ModelRoute`.
+            import (a package it needs is not installed, or its own code raises: the
+            exception is the cause); or the attribute is missing or not a `ModelRoute`.
+            The message ends with the fix.
     """
     if not entries:
         raise RouteConfigError(
@@ -78,21 +82,27 @@ def _import_route(entry: str) -> ModelRoute[Any, Any, Any]:
     module_name, _, attribute = entry.partition(":")
     if not module_name or not attribute:
         raise RouteConfigError(f"MODEL_ROUTES: {entry!r} is not an import path package.module:attribute")
+    path = os.environ.get("PYTHONPATH")
+    python_path = f"PYTHONPATH is {path!r}" if path else "PYTHONPATH is not set"
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         missing = exc.name or ""
         if module_name == missing or module_name.startswith(missing + "."):
-            path = os.environ.get("PYTHONPATH")
+            # Nothing of the user's ran: the traceback would only show importlib's frames.
             raise RouteConfigError(
-                f"MODEL_ROUTES: cannot import {entry!r}: no module {missing!r} on the Python path; add the "
-                f"directory that holds it to PYTHONPATH ({f'now {path!r}' if path else 'not set'})"
-            ) from exc
+                f"MODEL_ROUTES: cannot import {entry!r}: no module {missing!r} on the Python path "
+                f"({python_path}). Fix: add the folder that holds {module_name.split('.')[0]!r} to PYTHONPATH."
+            ) from None
         raise RouteConfigError(
-            f"MODEL_ROUTES: cannot import {entry!r}: {exc} (a package its module imports is not installed)"
+            f"MODEL_ROUTES: cannot import {entry!r}: its module imports {missing!r}, which is not installed or "
+            f"not on the Python path ({python_path}). Fix: install it, or add its folder to PYTHONPATH."
         ) from exc
-    except ImportError as exc:
-        raise RouteConfigError(f"MODEL_ROUTES: cannot import {entry!r}: {exc}") from exc
+    except Exception as exc:  # the user's module failed while it ran: its traceback is the cause
+        raise RouteConfigError(
+            f"MODEL_ROUTES: cannot import {entry!r}: {type(exc).__name__}: {exc}. Fix the module "
+            "(the traceback above shows where)."
+        ) from exc
     declared = getattr(module, attribute, None)
     if declared is None:
         raise RouteConfigError(f"MODEL_ROUTES: module {module_name!r} has no attribute {attribute!r}")
@@ -162,9 +172,10 @@ def _configure(route: ModelRoute[Any, Any, Any], own: ModelSettings, settings: S
         model_name=own.model_name or route.signature.model_name,
         signature_name=own.signature_name or route.signature.signature_name,
     )
+    rate = own.capture_sample_rate if own.capture_sample_rate is not None else route.capture.sample_rate
     if isinstance(route.request, FileUpload):
         upload = own.max_body_bytes or route.request.max_bytes
-        return ConfiguredRoute(route, signature, options, upload + MULTIPART_ALLOWANCE_BYTES, upload)
+        return ConfiguredRoute(route, signature, options, upload + MULTIPART_ALLOWANCE_BYTES, upload, rate)
     assert isinstance(route.request, JsonBody)
     body = own.max_body_bytes or route.request.max_bytes or settings.max_body_bytes
-    return ConfiguredRoute(route, signature, options, body, None)
+    return ConfiguredRoute(route, signature, options, body, None, rate)

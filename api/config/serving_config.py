@@ -60,6 +60,18 @@ def model_names(text: str) -> list[str]:
     return names
 
 
+def served_models(path: Path | None) -> list[str] | None:
+    """The model names of the config file at `path` (`SERVING_MODEL_CONFIG_FILE`), for messages;
+    None when there is no path or the file cannot be read or parsed (the message then goes
+    without them)."""
+    if path is None:
+        return None
+    try:
+        return model_names(path.read_text())
+    except (OSError, UnicodeDecodeError, ModelConfigError):
+        return None
+
+
 def main(argv: list[str]) -> int:
     """`python -m api.config.serving_config FILE`: the model names, one per line; exit 2 on error."""
     if len(argv) != 1:

@@ -22,7 +22,10 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from api.config.oip import OipSettings
+from api.config.payload_capture_settings import PayloadCaptureSettings
 from api.config.rollouts import Rollout, RolloutsSettings
+from api.config.security import AuthSettings, RateLimitSettings
 from api.serving_client import ClientConfig, CoalescingConfig
 
 
@@ -54,6 +57,12 @@ class ModelSettings(BaseModel):
         "(MODELS__<ROUTE>__ROLLOUT__STABLE=1, ...__CANARY=2, ...__CANARY_WEIGHT=10; api.config.rollouts); "
         "default: the route's model, latest version; the rollout file overrides it.",
     )
+    capture_sample_rate: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="Fraction of the route's answered requests captured (PAYLOAD_CAPTURE__URL); default: the route's.",
+    )
 
 
 class Settings(BaseSettings):
@@ -75,6 +84,12 @@ class Settings(BaseSettings):
         "`ModelRoute`, `package.module:attribute` (e.g. examples.fraud.route:route); required unless the "
         "app is given its routes (`create_app(routes=...)`).",
     )
+    serving_model_config_file: Path | None = Field(
+        default=None,
+        description="Serving's model config file (TF Serving's `--model_config_file`), when the API can "
+        "read it: a route whose model serving lacks is refused at start-up with the models this file "
+        "names. run-server.sh sets it; unset, the message names only the missing model.",
+    )
     models: dict[str, ModelSettings] = Field(
         default_factory=dict,
         description="Per-model settings by route name, from `MODELS__<ROUTE>__<SETTING>` "
@@ -83,6 +98,11 @@ class Settings(BaseSettings):
     rollouts: RolloutsSettings = Field(
         default_factory=RolloutsSettings,
         description="The rollout file and the shadow traffic's bounds (ROLLOUTS__FILE, ...; api.config.rollouts).",
+    )
+    # The Open Inference Protocol front (api.oip): OIP__MODELS, OIP__GRPC_PORT, ...
+    oip: OipSettings = Field(
+        default_factory=OipSettings,
+        description="The Open Inference Protocol (KServe v2) front, `OIP__<SETTING>` (api.config.oip).",
     )
     # The serving path (api.serving_client, api.request.admission.rules).
     serving_protocol: Literal["rest", "grpc"] = Field(
@@ -313,4 +333,17 @@ class Settings(BaseSettings):
     )
     events_linger_s: float = Field(
         default=0.05, ge=0.0, description="How long a batch waits for more events, seconds."
+    )
+    # Payload capture (api.observability.payload_capture): PAYLOAD_CAPTURE__URL, ...
+    payload_capture: PayloadCaptureSettings = Field(
+        default_factory=PayloadCaptureSettings,
+        description="Where sampled requests and responses go (PAYLOAD_CAPTURE__<SETTING>).",
+    )
+    # The front door (api.config.security, api.security): authentication and per-client rate limits.
+    auth: AuthSettings = Field(
+        default_factory=AuthSettings, description="Authentication, off by default (AUTH__ENABLED, AUTH__...)."
+    )
+    rate_limits: RateLimitSettings = Field(
+        default_factory=RateLimitSettings, description="Per-client rate limits, off until a rule is set "
+        "(RATE_LIMITS__ROUTES)."
     )

@@ -6,13 +6,14 @@ version on a replica that has it) has the signature the route calls, with every 
 output it declares, of the declared dtype and per-example shape, and no input the route
 does not send. `/readyz` reports this per route and per target of its rollout
 (`api.routes.health`, `api.rollouts`); at start-up, `require_models` refuses an app whose
-routes call a model serving does not have at all.
+routes call a model serving does not have at all, or whose AVAILABLE version's signature does
+not fit the route.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +24,8 @@ logger = logging.getLogger("api.inference.readiness")
 
 
 class ModelsNotServed(RuntimeError):
-    """Serving has no model an enabled route calls: the app refuses to start."""
+    """Serving has no model an enabled route calls, or its signature does not fit the route's
+    declaration: the app refuses to start."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,30 +140,61 @@ def _fits(served: tuple[int, ...], example: tuple[int, ...]) -> bool:
     return len(served) == len(example) + 1 and all(s in (-1, e) for s, e in zip(served[1:], example, strict=True))
 
 
-async def require_models(client: ServingClient, signatures: Mapping[str, Signature], deadline: Deadline) -> None:
-    """Refuse to start when a route calls a model serving does not have at all.
+async def require_models(
+    client: ServingClient,
+    signatures: Mapping[str, Signature],
+    deadline: Deadline,
+    served_models: Sequence[str] | None = None,
+) -> None:
+    """Refuse to start when a route calls a model serving does not have, or one that does not fit.
 
     Serving answering NOT_FOUND for a model's status means it is not in serving's model
-    config (or no version of it exists on disk yet). Serving unreachable or failing
-    otherwise says nothing about the config: logged, and `/readyz` will tell.
+    config (or no version of it exists on disk yet). A model with a version AVAILABLE whose
+    SignatureDef does not have the route's signature, inputs and outputs (names, dtypes,
+    per-example shapes: `signature_mismatches`) would answer every request 502 or, over
+    REST, silently convert a wrong dtype: that stops the start-up too. Serving unreachable or
+    failing otherwise, or a model still loading, says nothing about either: logged, and
+    `/readyz` will tell.
 
     Args:
         signatures: route name -> the signature it calls.
+        served_models: the models serving's model config names, when the API can read it
+            (`SERVING_MODEL_CONFIG_FILE`): listed in the message of a model serving lacks.
 
     Raises:
-        ModelsNotServed: naming every route whose model serving lacks.
+        ModelsNotServed: naming every route whose model serving lacks or does not fit; its
+            message ends with the fix.
     """
     missing: list[str] = []
+    mismatched: list[str] = []
     for route, signature in signatures.items():
         try:
-            await client.model_status(signature.model_name, deadline)
+            status = await client.model_status(signature.model_name, deadline)
         except ServingNotFound as exc:
             missing.append(f"route '{route}' calls model '{signature.model_name}': {exc.message}")
+            continue
         except ServingError as exc:
             logger.warning("cannot check that serving has model %r: %s", signature.model_name, exc.message)
             return
+        readiness = await model_readiness(client, route, signature, deadline)
+        if readiness.version is not None and readiness.problems:
+            mismatched.append(
+                f"route '{route}' does not fit model '{signature.model_name}' version {readiness.version}, "
+                f"signature '{signature.signature_name}': {'; '.join(readiness.problems)}"
+            )
+        elif status.latest_available() is None:
+            logger.info("model %r has no version AVAILABLE yet; /readyz reports it", signature.model_name)
     if missing:
+        names = ", ".join(served_models) if served_models else None
+        listed = f" Serving's model config names: {names}." if names else ""
         raise ModelsNotServed(
-            "serving does not have the model of every enabled route; add it to serving's model config "
-            "(models.config) or leave the route out of MODEL_ROUTES: " + "; ".join(missing)
+            "serving does not have the model of every enabled route: " + "; ".join(missing) + "." + listed
+            + " Fix: add the model to serving's model config (models.config), set MODELS__<ROUTE>__MODEL_NAME "
+            "to a model it names, or leave the route out of MODEL_ROUTES."
+        )
+    if mismatched:
+        raise ModelsNotServed(
+            "; ".join(mismatched) + ". Fix: declare the route's Signature as the model's SignatureDef says "
+            "(saved_model_cli show --dir <version dir> --all, or python -m api.model_routes.scaffold), or set "
+            "MODELS__<ROUTE>__SIGNATURE_NAME."
         )

@@ -19,10 +19,10 @@
 
 The app builds the rest from the declaration (`ModelRoute` says what): the served-model
 client pinned to the latest AVAILABLE version, the route and its OpenAPI entry, its
-readiness in `/readyz`, its body limit, metrics labels, score events and per-model
-settings. A deployment enables routes with `MODEL_ROUTES` (the `package.module:attribute`
-of each `ModelRoute`); the examples in `examples/` use this package and nothing else of the
-API.
+readiness in `/readyz`, its body limit, metrics labels, score events, payload capture
+(`PayloadCapture`: a sampled copy with fields redacted) and per-model settings. A
+deployment enables routes with `MODEL_ROUTES` (the `package.module:attribute` of each
+`ModelRoute`); the examples in `examples/` use this package and nothing else of the API.
 
 The names below are this package's public surface; its modules are private.
 """
@@ -34,6 +34,7 @@ from api.model_routes._declaration import (
     ModelInfo,
     ModelRoute,
     NoOptions,
+    PayloadCapture,
     Prediction,
     Signature,
     TensorSpec,
@@ -49,6 +50,7 @@ __all__ = [
     "ModelInfo",
     "ModelRoute",
     "NoOptions",
+    "PayloadCapture",
     "Prediction",
     "Signature",
     "TensorSpec",

@@ -133,6 +133,32 @@ class InvalidInput(ValueError):
     """
 
 
+@dataclass(frozen=True, slots=True)
+class PayloadCapture:
+    """Which of a route's requests and responses are copied for monitoring, and what is left out.
+
+    A captured pair goes to the deployment's capture sink (`PAYLOAD_CAPTURE__URL`) as two
+    CloudEvents in the format of KServe's inference logger, off the request path
+    (`api.observability.payload_capture`); nothing is captured while no sink is set.
+
+    Attributes:
+        sample_rate: the fraction of answered requests captured, 0 to 1 (a deployment may set
+            its own, `MODELS__<ROUTE>__CAPTURE_SAMPLE_RATE`); 0: none.
+        redact: fields whose values are replaced by "[REDACTED]" in the captured request and
+            response, each a dotted path from the body's top (`"user_id"`, `"device.id"`; through
+            a list, every element). A JSON route's only: an upload is captured as its bytes.
+    """
+
+    sample_rate: float = 0.0
+    redact: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.sample_rate <= 1.0:
+            raise ValueError(f"a capture sample_rate is between 0 and 1, got {self.sample_rate}")
+        if any(not path or "" in path.split(".") for path in self.redact):
+            raise ValueError(f"a redacted field is a dotted path of field names: {self.redact!r}")
+
+
 def _no_input_id(request: Any) -> str | None:
     return None
 
@@ -178,6 +204,8 @@ class ModelRoute(Generic[RequestT, ResponseT, OptionsT]):
         rollout_key: what a request's rollout arm is a stable hash of (e.g. a user id, so one
             user sees one version during a canary); None, or a function returning None: the
             request id (`api.rollouts.assignment`).
+        capture: the sampled copy of requests and responses for monitoring, and the fields
+            redacted from it (`PayloadCapture`); by default none is captured.
         summary: one line for OpenAPI.
     """
 
@@ -195,6 +223,7 @@ class ModelRoute(Generic[RequestT, ResponseT, OptionsT]):
     input_id: Callable[[RequestT], str | None] = _no_input_id
     event_fields: Callable[[RequestT, ResponseT], Mapping[str, object]] = _no_event_fields
     rollout_key: Callable[[RequestT], str | None] = _no_rollout_key
+    capture: PayloadCapture = PayloadCapture()
     summary: str = ""
 
     def __post_init__(self) -> None:

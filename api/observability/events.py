@@ -20,7 +20,8 @@ and stopped by the app's lifespan, takes events off the queue in batches (up to
   an `httpx.AsyncClient` made like the one to serving; transport errors, 429 and 5xx
   are retried (tenacity, bounded in attempts and time).
 
-A batch the sink fails to take is logged and counted as `dropped_sink_error`. At
+A batch the sink fails to take is logged and counted as `dropped_sink_error` (a sink that
+sends each event on its own raises `PartialWrite`, so only the events it lost are). At
 shutdown (`aclose`) every event queued so far is written before the sink is closed:
 uvicorn has finished the in-flight requests by the time the lifespan ends, so an API
 that answered N scores and got SIGTERM has written N events.
@@ -50,10 +51,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Final, Protocol, TypeVar
+from typing import Final, Generic, Protocol, TypeVar
 
 import httpx
 import orjson
+from prometheus_client import Counter
 from tenacity import (
     AsyncRetrying,
     retry_if_exception,
@@ -66,6 +68,10 @@ from api.observability.metrics import ApiMetrics
 
 logger = logging.getLogger("api.observability.events")
 _T = TypeVar("_T")
+# What a publisher carries: `ScoreEvent`s, or the captured payloads of
+# `api.observability.payload_capture`, each to its own sink.
+_E = TypeVar("_E")
+_E_contra = TypeVar("_E_contra", contravariant=True)
 
 class _Stop(enum.Enum):
     """Queued by aclose: everything before it is written, then the task ends."""
@@ -132,10 +138,10 @@ def encode_jsonl(events: Sequence[ScoreEvent]) -> bytes:
     return b"\n".join(lines) + b"\n" if lines else b""
 
 
-class EventSink(Protocol):
+class EventSink(Protocol[_E_contra]):
     """Where batches of events go. `write` raises on failure; the publisher counts it."""
 
-    async def write(self, events: Sequence[ScoreEvent]) -> None: ...
+    async def write(self, events: Sequence[_E_contra]) -> None: ...
 
     async def aclose(self) -> None: ...
 
@@ -199,7 +205,16 @@ class JsonlFileSink:
             self._fd = None
 
 
-def _retryable(exc: BaseException) -> bool:
+class PartialWrite(Exception):
+    """A sink delivered `written` events of a batch and lost the others (`__cause__`: the first failure)."""
+
+    def __init__(self, written: int, lost: int) -> None:
+        super().__init__(f"{lost} of {written + lost} events not delivered")
+        self.written = written
+        self.lost = lost
+
+
+def retryable(exc: BaseException) -> bool:
     """Transport failures, 429 and 5xx answers are worth another try; other 4xx are not."""
     if isinstance(exc, httpx.HTTPStatusError):
         return exc.response.status_code == 429 or exc.response.status_code >= 500
@@ -233,7 +248,7 @@ class HttpSink:
         """
         body = encode_jsonl(events)
         retrying = AsyncRetrying(
-            retry=retry_if_exception(_retryable),
+            retry=retry_if_exception(retryable),
             stop=stop_after_attempt(self._attempts) | stop_after_delay(self._budget_s),
             wait=wait_random_exponential(multiplier=0.1, max=1.0),
             reraise=True,
@@ -250,43 +265,49 @@ class HttpSink:
         await self._client.aclose()
 
 
-class EventPublisher:
-    """A bounded queue of score events and the task that writes them to a sink.
+class EventPublisher(Generic[_E]):
+    """A bounded queue of events and the task that writes them to a sink.
 
     Args:
         sink: where batches go.
-        metrics: `api_score_events_total` is recorded here.
+        metrics: `api_score_events_total` (or `counter`) is recorded here.
         max_queue: events held at most; more are dropped (>= 1).
         batch_size: events per sink write at most (>= 1).
         linger_s: after the first event of a batch, how long to wait for more, seconds.
+        counter: the counter of outcomes (label `outcome`); None: `metrics.score_events`.
+        what: the events' name in log lines.
     """
 
     def __init__(
         self,
-        sink: EventSink,
+        sink: EventSink[_E],
         metrics: ApiMetrics,
         *,
         max_queue: int,
         batch_size: int,
         linger_s: float,
+        counter: Counter | None = None,
+        what: str = "score event",
     ) -> None:
         if max_queue < 1 or batch_size < 1 or linger_s < 0:
             raise ValueError("max_queue and batch_size must be >= 1, linger_s >= 0")
         self.sink = sink
+        self._what = what
         self._max_queue = max_queue
         self._batch_size = batch_size
         self._linger_s = linger_s
         # Unbounded underneath, bounded by `publish`: so the stop marker always fits.
-        self._queue: asyncio.Queue[ScoreEvent | _Stop] = asyncio.Queue()
+        self._queue: asyncio.Queue[_E | _Stop] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self._closed = False
         # Ends a batch's linger early: set when a full batch is queued or at close.
         self._wake = asyncio.Event()
-        self._written = metrics.child(metrics.score_events, "written")
-        self._dropped_full = metrics.child(metrics.score_events, "dropped_queue_full")
-        self._dropped_sink = metrics.child(metrics.score_events, "dropped_sink_error")
+        outcomes = counter if counter is not None else metrics.score_events
+        self._written = metrics.child(outcomes, "written")
+        self._dropped_full = metrics.child(outcomes, "dropped_queue_full")
+        self._dropped_sink = metrics.child(outcomes, "dropped_sink_error")
 
-    def publish(self, event: ScoreEvent) -> bool:
+    def publish(self, event: _E) -> bool:
         """Queue `event` for writing; never blocks.
 
         Returns:
@@ -318,7 +339,7 @@ class EventPublisher:
     async def _run(self) -> None:
         stopping = False
         while not stopping:
-            batch: list[ScoreEvent] = []
+            batch: list[_E] = []
             item = await self._queue.get()
             if item is _STOP:
                 break
@@ -336,16 +357,20 @@ class EventPublisher:
             await self._write(batch)
         # Anything queued after the stop marker (nothing, once requests are done) is
         # written too rather than lost.
-        rest = [e for e in _drain(self._queue) if e is not _STOP]
+        rest = [e for e in _drain(self._queue) if not isinstance(e, _Stop)]
         for i in range(0, len(rest), self._batch_size):
             await self._write(rest[i : i + self._batch_size])
 
-    async def _write(self, batch: list[ScoreEvent]) -> None:
+    async def _write(self, batch: list[_E]) -> None:
         try:
             await self.sink.write(batch)
+        except PartialWrite as exc:
+            self._written.inc(exc.written)
+            self._dropped_sink.inc(exc.lost)
+            logger.warning("%s sink failed, %d events dropped: %r", self._what, exc.lost, exc.__cause__)
         except Exception as exc:  # a failing sink must not stop the writer
             self._dropped_sink.inc(len(batch))
-            logger.warning("score event sink failed, %d events dropped: %r", len(batch), exc)
+            logger.warning("%s sink failed, %d events dropped: %r", self._what, len(batch), exc)
         else:
             self._written.inc(len(batch))
 

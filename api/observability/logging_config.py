@@ -6,7 +6,7 @@ Every record of the `api` logger tree is written as one line:
      "msg": "POST /v1/fraud/score 200", "request_id": "…", "method": "POST",
      "path": "/v1/fraud/score", "route": "/v1/fraud/score", "status": 200,
      "duration_ms": 3.512, "model_name": "fraud", "model_version": 1,
-     "client": "127.0.0.1:51234"}
+     "client": "127.0.0.1:51234", "credential": "key:ci-smoke"}
 
 `ts` is UTC with milliseconds; the fields after `msg` are whatever the caller passed in
 `extra=` (the loop monitor passes the route and how long the loop was blocked).

@@ -14,6 +14,7 @@ score events by `api.observability.events`.
 | `api_event_loop_lag_seconds` | histogram | | late wake-ups of the loop monitor |
 | `api_event_loop_blocks_total` | counter | route | callbacks that blocked the loop too long |
 | `api_score_events_total` | counter | outcome | written, dropped_queue_full, dropped_sink_error |
+| `api_payload_capture_events_total` | counter | outcome | captured requests/responses: the same outcomes |
 | `api_connections_closed_total` | counter | reason | connections the server closed or refused (`ConnectionMetrics`) |
 | `api_rollout_request_duration_seconds` | histogram | route, arm, model, version, status | by rollout arm |
 | `api_shadow_requests_total` | counter | route, outcome | shadow calls: compared, failed, dropped_* |
@@ -156,6 +157,13 @@ class ApiMetrics:
             registry=reg,
         )
         self.rollouts = RolloutMetrics(reg)
+        self.payload_capture_events = Counter(
+            "api_payload_capture_events",
+            "Captured request and response events (api.observability.payload_capture) by outcome: "
+            "written to the sink, dropped_queue_full, dropped_sink_error.",
+            ("outcome",),
+            registry=reg,
+        )
         self._children: dict[tuple[object, ...], MetricWrapperBase] = {}
 
     def child(self, metric: MetricT, *labels: str) -> MetricT:

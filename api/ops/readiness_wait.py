@@ -9,8 +9,9 @@ the API gives changes (the 503's `detail`, e.g. `not ready: fraud: version 1 has
 signature 'scores' (it has: serving_default)`), one line says so on stderr: the reason is
 printed once per change, not per poll.
 
-Exit status: 0 ready; 2 not ready within `--timeout-s`. (`run-server.sh` also stops it when
-the API exits.) Stdlib only: it runs before, and beside, the API.
+Exit status: 0 ready; 2 not ready within `--timeout-s`, the last reason then recorded for
+run-server.sh's last line (`api.ops.start_failure`). (`run-server.sh` also stops it when the
+API exits.) Stdlib only: it runs before, and beside, the API.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from typing import Final
+
+from api.ops import start_failure
 
 FIRST_INTERVAL_S: Final = 0.25
 MAX_INTERVAL_S: Final = 2.0
@@ -90,7 +93,17 @@ def main(argv: list[str] | None = None) -> int:
     def report(reason: str) -> None:
         print(f"{args.log_prefix}API not ready yet: {reason}", file=sys.stderr, flush=True)
 
-    return wait_ready(args.url, timeout_s=args.timeout_s, report=report)
+    reasons: list[str] = []
+
+    def report_and_keep(reason: str) -> None:
+        reasons.append(reason)
+        report(reason)
+
+    code = wait_ready(args.url, timeout_s=args.timeout_s, report=report_and_keep)
+    if code != 0:
+        # run-server.sh prints it as its last line, once both tiers are stopped.
+        start_failure.record(f"not ready: {reasons[-1]}" if reasons else "no answer from /readyz")
+    return code
 
 
 if __name__ == "__main__":

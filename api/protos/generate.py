@@ -1,4 +1,4 @@
-"""Regenerate the Python code of the vendored TF Serving protos (`make protos`).
+"""Regenerate the Python code of the vendored TF Serving and Open Inference Protocol protos (`make protos`).
 
     python -m api.protos.generate
 
@@ -32,8 +32,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 PACKAGE = "api.protos"
 # Top-level proto packages vendored here; their Python imports are re-rooted under PACKAGE.
-ROOTS = ("tensorflow", "tensorflow_serving", "xla")
+ROOTS = ("inference", "tensorflow", "tensorflow_serving", "xla")
 SERVICES = (
+    "inference/open_inference_grpc.proto",
     "tensorflow_serving/apis/prediction_service.proto",
     "tensorflow_serving/apis/model_service.proto",
 )

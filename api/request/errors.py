@@ -11,6 +11,9 @@ the request's `X-Request-ID` (see `api.request.context`). `code` is one of:
 
 | status | code | when |
 | --- | --- | --- |
+| 401 | `unauthenticated` | no, or no valid, credential (`api.security.front_door`; `WWW-Authenticate`) |
+| 403 | `insufficient_scope` | a valid credential without the path's scope |
+| 429 | `rate_limited` | over the client's rate limit (with `Retry-After`) |
 | 404, 405, ... | `not_found`, `method_not_allowed`, ... | Starlette's HTTP errors |
 | 413 | `payload_too_large` | body over `MAX_BODY_BYTES` (`api.request.admission.rules`) |
 | 422 | `validation_error` | the body or a header failed validation |
@@ -22,6 +25,9 @@ the request's `X-Request-ID` (see `api.request.context`). `code` is one of:
 | 503 | `serving_unavailable` | serving unreachable, down or overloaded (with `Retry-After`) |
 | 503 | `serving_misconfigured` | serving has no such model, version or signature |
 | 504 | `deadline_exceeded` | the request's time budget ran out |
+
+On the Open Inference Protocol's paths (`api.oip`) the body also carries `"error"`, the
+detail as text, first: OIP's `{"error": "..."}`, which its clients read.
 
 Serving failures (`api.serving_client.ServingError` subclasses) and our own deadline
 are mapped to these in `ERROR_TABLE` only. Exceptions that leave a route are answered by
@@ -87,7 +93,18 @@ def error_body(status: int, code: str, detail: Any, extra: Mapping[str, Any] | N
     keys after them where an answer says more (`/readyz`'s per-model report)."""
     ctx = current_request()
     body = {"detail": detail, "code": code, "request_id": ctx.request_id if ctx is not None else None}
+    if ctx is not None and ctx.error_field:  # the Open Inference Protocol's `{"error": ...}` first
+        body = {"error": error_text(detail), **body}
     return orjson.dumps({**body, **extra} if extra else body)
+
+
+def error_text(detail: Any) -> str:
+    """`detail` as one line of text: itself when a string, else its errors' messages joined."""
+    if isinstance(detail, str):
+        return detail
+    if isinstance(detail, list):
+        return "; ".join(str(item.get("msg", item)) if isinstance(item, Mapping) else str(item) for item in detail)
+    return str(detail)
 
 
 def error_response(

@@ -9,7 +9,10 @@ memory stream per request), installed once, outermost among the app's own middle
    the request's one `Deadline`, so the route can record stages and read the deadline and
    the serving client can forward the id; tells the loop monitor which route this task
    serves (blocks name it);
-2. applies the admission limits of `api.request.admission.rules` (503 `overloaded`, 422 for
+2. asks the front door (`api.security.front_door`, when authentication or rate limits are on)
+   first: 401, 403 and 429 are answered before any other rule, and the accepted client's
+   credential id goes into the context (and the access log);
+   then applies the admission limits of `api.request.admission.rules` (503 `overloaded`, 422 for
    a bad `X-Request-Timeout-Ms`, 413 by `Content-Length`), and while the app runs, bounds
    the body's arrival by the deadline (408), counts a streamed body's bytes (413) and checks
    that a multipart body ends with its closing boundary (400);
@@ -24,7 +27,9 @@ memory stream per request), installed once, outermost among the app's own middle
 5. afterwards records `api_request_duration_seconds`, the stage histograms (with
    `total`), `api_requests_in_flight`, `api_serving_errors_total` and, for a model request,
    `api_rollout_request_duration_seconds` by arm and version, and writes one `api.access` log
-   line (with the arm).
+   line (with the arm);
+6. when tracing is on (`api.observability.tracing`), holds the request's SERVER span, current
+   while the app runs, and writes its `trace_id` and `span_id` in the access log line.
 
 One `send` wrapper and one `receive` wrapper per request, whatever the answer. An
 exception raised after the response has started cannot be answered any more: it is
@@ -37,7 +42,7 @@ import asyncio
 import re
 import time
 from collections.abc import Iterable
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from starlette.responses import Response
 from starlette.routing import Match
@@ -50,7 +55,13 @@ from api.request.admission.in_flight import InFlightBoard
 from api.request.admission.rules import BadTimeoutHeader, Limits, MultipartCloseWatch, declared_length
 from api.request.context import REQUEST_ID_HEADER, RequestContext, bind, new_request_id, unbind
 from api.request.errors import RETRY_AFTER_S, error_response, response_for
+from api.security.front_door import FrontDoor, Refusal
 from api.serving_client import Deadline, ServingError
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
+
+    from api.observability.tracing import Tracing
 
 _REQUEST_ID_HEADER: Final = REQUEST_ID_HEADER.encode("ascii")
 # Methods used as a metric label as they are; any other token a client sends is "OTHER",
@@ -125,6 +136,10 @@ class RequestMiddleware:
         metrics: the app's `ApiMetrics`.
         loop_monitor: told which route each request task serves; None to skip.
         access_log: where the per-request JSON line goes.
+        tracing: the request spans' maker; None: tracing is off.
+        error_field_prefixes: paths under these answer errors with the Open Inference
+            Protocol's `error` field too (`RequestContext.error_field`).
+        front_door: authentication and rate limits, asked first; None when both are off.
     """
 
     def __init__(
@@ -136,14 +151,20 @@ class RequestMiddleware:
         metrics: ApiMetrics,
         loop_monitor: LoopMonitor | None,
         access_log: AccessLog,
+        tracing: Tracing | None = None,
+        error_field_prefixes: tuple[str, ...] = (),
+        front_door: FrontDoor | None = None,
     ) -> None:
         self.app = app
+        self._error_field_prefixes = error_field_prefixes
+        self.front_door = front_door
         self.limits = limits
         self.in_flight = in_flight
         self._metrics = metrics
         self._monitor = loop_monitor
         self._access_log = access_log
         self._in_flight_gauge = metrics.in_flight
+        self._tracing = tracing
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -162,6 +183,10 @@ class RequestMiddleware:
         cut: tuple[int, str, str] | None = None  # (status, code, detail) replacing the app's answer
         ours = False  # the middleware is answering a cut-off body: its messages go out
         serving_error: str | None = None
+        span: Span | None = None
+        if self._tracing is not None:
+            span = self._tracing.start_asgi_span(scope)
+            span_token = self._tracing.activate(span)
 
         async def send_out(message: Message) -> None:
             nonlocal status, response_started
@@ -184,6 +209,8 @@ class RequestMiddleware:
 
         try:
             path = scope["path"]
+            if self._error_field_prefixes and path.startswith(self._error_field_prefixes):
+                ctx.error_field = True
             counted = path not in limits.exempt_paths
             limit = limits.body_limit(path)
             declared = declared_length(scope["headers"])
@@ -219,7 +246,7 @@ class RequestMiddleware:
                 if counting:
                     received += len(message.get("body", b""))
                     if received > limit:
-                        cut = (413, "payload_too_large", f"request body is larger than {limit} bytes")
+                        cut = (413, "payload_too_large", limits.too_large(path))
                         raise _BodyCut
                 body_done = not message.get("more_body", False)
                 if multipart is not None:
@@ -254,7 +281,10 @@ class RequestMiddleware:
             if self._monitor is not None:
                 self._monitor.untrack(task)
             unbind(token)
-            self._record(scope, ctx, status, total, serving_error)
+            if span is not None:
+                assert self._tracing is not None
+                self._tracing.deactivate(span_token)
+            self._record(scope, ctx, status, total, serving_error, span)
 
     def _refusal(
         self, scope: Scope, ctx: RequestContext, counted: bool, declared: int | None, limit: int
@@ -262,6 +292,13 @@ class RequestMiddleware:
         """The answer to a request refused before the app runs (`api.request.admission.rules`, in its order),
         or None; lowers `ctx.deadline` when the timeout header asks."""
         limits = self.limits
+        if self.front_door is not None:
+            client = scope.get("client")
+            verdict = self.front_door.check(scope["path"], scope["headers"], client[0] if client else None)
+            if verdict is not None:
+                ctx.credential_id = verdict.credential_id
+            if isinstance(verdict, Refusal):
+                return error_response(verdict.status, verdict.code, verdict.detail, verdict.headers)
         if counted and self.in_flight.full():
             busy, limit = self.in_flight.totals()
             detail = f"at the limit of requests in flight ({busy} of {limit}, {limits.max_in_flight} per worker)"
@@ -273,10 +310,18 @@ class RequestMiddleware:
         if budget != limits.request_timeout_s:
             ctx.deadline = Deadline(ctx.started + budget)
         if declared is not None and declared > limit:
-            return error_response(413, "payload_too_large", f"request body is larger than {limit} bytes")
+            return error_response(413, "payload_too_large", limits.too_large(scope["path"]))
         return None
 
-    def _record(self, scope: Scope, ctx: RequestContext, status: int, total: float, serving_error: str | None) -> None:
+    def _record(
+        self,
+        scope: Scope,
+        ctx: RequestContext,
+        status: int,
+        total: float,
+        serving_error: str | None,
+        span: Span | None = None,
+    ) -> None:
         metrics = self._metrics
         route = route_of(scope) or route_template(scope)
         method = scope["method"]
@@ -291,6 +336,9 @@ class RequestMiddleware:
             version = str(ctx.model_version) if ctx.model_version is not None else ""
             arms = metrics.rollouts.request_duration
             metrics.child(arms, route, ctx.arm, ctx.model_name or "", version, str(status)).observe(total)
+        trace_fields: dict[str, object] = {}
+        if span is not None:
+            trace_fields = self._end_span(span, ctx, status, route)
         if self._access_log.enabled:
             client = scope.get("client")
             path = scope["path"]
@@ -307,5 +355,19 @@ class RequestMiddleware:
                     "model_version": ctx.model_version,
                     "arm": ctx.arm,
                     "client": f"{client[0]}:{client[1]}" if client else None,
+                    **trace_fields,
+                    "credential": ctx.credential_id,
                 },
             )
+
+    def _end_span(self, span: Span, ctx: RequestContext, status: int, route: str) -> dict[str, object]:
+        """End the request's SERVER span; its ids for the access log ({} when not recorded)."""
+        assert self._tracing is not None
+        extra: dict[str, str | int] = {"tfserving.request_id": ctx.request_id}
+        if ctx.model_name is not None and ctx.model_version is not None:
+            extra["tfserving.model_spec.name"] = ctx.model_name
+            extra["tfserving.model_spec.version"] = ctx.model_version
+        if ctx.arm is not None:
+            extra["tfserving.rollout.arm"] = ctx.arm  # stable, canary or pinned (api.rollouts)
+        ids = self._tracing.end_server_span(span, status, route, extra)
+        return {"trace_id": ids[0], "span_id": ids[1]} if ids is not None else {}

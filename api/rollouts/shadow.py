@@ -108,7 +108,7 @@ class ShadowMirror:
     """
 
     def __init__(
-        self, metrics: ApiMetrics, events: EventPublisher | None, *, max_queue: int, concurrency: int
+        self, metrics: ApiMetrics, events: EventPublisher[ScoreEvent] | None, *, max_queue: int, concurrency: int
     ) -> None:
         self._metrics = metrics
         self._events = events

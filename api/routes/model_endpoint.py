@@ -11,8 +11,12 @@ when the route says so) gives one example's inputs, checked against the declared
 stage `features`. The route's rollout (`api.rollouts.RouteRollout`) assigns the request an arm
 (stable, canary, or pinned by those headers) and its target's served model answers within the
 request's deadline; stage `serving`. Its outputs are checked against the declared ones (502
-`serving_bad_response` otherwise), postprocess makes the response, the rollout may mirror the
-request to its shadow (in the background, never awaited), and one `ScoreEvent` is published.
+`serving_bad_response` otherwise), postprocess makes the response, the request and response are
+captured when the route samples this one (`api.observability.payload_capture`), the rollout may
+mirror the request to its shadow (in the background, never awaited), and one `ScoreEvent` is
+published. With tracing on, preprocess and postprocess are spans of their own (the request's
+span and the serving call's are the middleware's and the serving client's,
+`api.observability.tracing`).
 
 Errors, all in the API's error shape (`api.request.errors`): 403 for a pinned version the
 rollout does not allow, 404 for a pinned version serving does not have, 413 for a body or file
@@ -23,12 +27,13 @@ a malformed or doubled pin header, 502/503/504 from serving or the deadline.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from functools import partial
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import anyio
 import anyio.to_thread
@@ -39,13 +44,25 @@ from starlette.datastructures import UploadFile as FormFile
 
 from api.config.enabled_routes import ConfiguredRoute
 from api.config.rollouts import NAME_PATTERN
+from api.config.settings import Settings
 from api.inference.tensors import example_inputs, example_outputs
 from api.model_routes import FileUpload, InvalidInput, ModelInfo, Prediction, Upload
 from api.observability.events import EventPublisher, ScoreEvent
+from api.observability.payload_capture import PayloadCapturer
 from api.request.context import current_context
 from api.request.errors import PayloadTooLarge
 from api.rollouts import RouteRollout
 from api.serving_client import Tensor
+
+if TYPE_CHECKING:
+    from api.observability.tracing import Tracing
+
+#: The span of a step when tracing is off: one shared no-op context manager.
+_NO_SPAN = contextlib.nullcontext()
+
+
+def _no_span(name: str) -> contextlib.AbstractContextManager[object]:
+    return _NO_SPAN
 
 # Error answers of every model route, in the shape documented in `api.request.errors`.
 RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -101,14 +118,29 @@ class ModelEndpoint:
         self._outputs = configured.signature.outputs
         self._output_names = tuple(configured.signature.outputs)
         self._rollout: RouteRollout | None = None
-        self._events: EventPublisher | None = None
+        self._events: EventPublisher[ScoreEvent] | None = None
         self._cpu: anyio.CapacityLimiter | None = None
+        self._span: Callable[[str], contextlib.AbstractContextManager[object]] = _no_span
+        self._tracing: Tracing | None = None
+        self._capture: PayloadCapturer | None = None
 
-    def bind(self, rollout: RouteRollout, events: EventPublisher, cpu_limiter: anyio.CapacityLimiter) -> None:
-        """Give the endpoint this worker's rollout of the route, event publisher and CPU limiter."""
+    def bind(
+        self,
+        rollout: RouteRollout,
+        events: EventPublisher[ScoreEvent],
+        cpu_limiter: anyio.CapacityLimiter,
+        *,
+        tracing: Tracing | None = None,
+        capture: PayloadCapturer | None = None,
+    ) -> None:
+        """Give the endpoint this worker's rollout of the route, event publisher, CPU limiter,
+        tracing and payload capture."""
         self._rollout = rollout
         self._events = events
         self._cpu = cpu_limiter
+        self._span = tracing.span if tracing is not None else _no_span
+        self._tracing = tracing
+        self._capture = capture
 
     @property
     def rollout(self) -> RouteRollout:
@@ -175,7 +207,8 @@ class ModelEndpoint:
         limit = self.configured.max_upload_bytes
         data = await file.read(limit + 1)
         if len(data) > limit:
-            raise PayloadTooLarge(f"{declared.field} is larger than {limit} bytes")
+            setting = Settings.model_setting_variable(self._route.name, "max_body_bytes")
+            raise PayloadTooLarge(f"{declared.field} is larger than {limit} bytes (raise the limit with {setting})")
         upload = Upload(data, file.filename, file.content_type)
         if declared.media_types and file.content_type not in declared.media_types:
             accepted = ", ".join(declared.media_types)
@@ -212,7 +245,7 @@ class ModelEndpoint:
                     }
                 ]
             )
-        with ctx.stage("features"):
+        with ctx.stage("features"), self._span("preprocess"):
             if isinstance(request, FormFile):  # what FastAPI's UploadFile parameter holds
                 request = await self._read(request)
             try:
@@ -238,9 +271,22 @@ class ModelEndpoint:
         assert version is not None, "ServedModel.predict names the version that ran"
         model_name = assignment.model_name
         ctx.set_model(model_name, version)
-        outputs = example_outputs(self._outputs, predicted.outputs, model_name)
-        model = ModelInfo(name=model_name, version=version)
-        response = route.postprocess(request, Prediction(outputs, model), self._options)
+        with self._span("postprocess"):
+            outputs = example_outputs(self._outputs, predicted.outputs, model_name)
+            model = ModelInfo(name=model_name, version=version)
+            response = route.postprocess(request, Prediction(outputs, model), self._options)
+        capture = self._capture
+        if capture is not None and capture.sampled(self.configured.capture_sample_rate):
+            capture.capture(
+                request_id=ctx.request_id,
+                route=route.name,
+                path=route.path,
+                request=request,
+                response=response,
+                redact_paths=route.capture.redact,
+                traceparent=self._tracing.traceparent() if self._tracing is not None else None,
+                ts=time.time(),
+            )
         input_id = route.input_id(request)
         rollout.mirror(
             assignment,

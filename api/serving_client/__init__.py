@@ -39,6 +39,7 @@ from api.serving_client._errors import (
     ServingUnavailable,
 )
 from api.serving_client._factory import ClientConfig, CoalescingConfig, open_serving_client
+from api.serving_client._tracing import ClientTracer
 from api.serving_client._types import (
     DataType,
     MetadataProvider,
@@ -57,6 +58,7 @@ from canonical_codes import Code
 
 __all__ = [
     "ClientConfig",
+    "ClientTracer",
     "CoalescingConfig",
     "Code",
     "DataType",

@@ -60,6 +60,7 @@ from api.serving_client._errors import (
     ServingTimeout,
     ServingUnavailable,
 )
+from api.serving_client._tracing import ClientTracer, request_attributes
 from api.serving_client._types import (
     ModelMetadata,
     ModelStatus,
@@ -147,6 +148,7 @@ class _Member:
     deadline: Deadline
     future: asyncio.Future[PredictResponse]
     abandoned: bool = False  # the caller stopped waiting; drop its result
+    caller: object = None  # the caller's trace position (`ClientTracer.caller`), when traced
 
 
 @dataclass(eq=False)
@@ -171,6 +173,7 @@ class CoalescingClient:
             window.
         replicas: how many serving replicas calls are spread over now (read per batch;
             the in-flight limit is `eager_batches` times this).
+        tracer: opens one span per coalesced call, for all its callers (`_tracing`); None: none.
 
     Raises:
         ValueError: `window_s` < 0, `max_batch_rows` < 1 or `eager_batches` < 0.
@@ -184,6 +187,7 @@ class CoalescingClient:
         max_batch_rows: int,
         eager_batches: int = 1,
         replicas: Callable[[], int] = lambda: 1,
+        tracer: ClientTracer | None = None,
     ) -> None:
         if window_s < 0 or max_batch_rows < 1 or eager_batches < 0:
             raise ValueError("window_s must be >= 0, max_batch_rows >= 1 and eager_batches >= 0")
@@ -192,6 +196,7 @@ class CoalescingClient:
         self._max_rows = max_batch_rows
         self._eager = eager_batches
         self._replicas = replicas
+        self._tracer = tracer
         self._open: dict[Hashable, _Batch] = {}
         self._in_flight: dict[Hashable, int] = {}  # batches sent and not back, per key
         self._running: set[asyncio.Task[None]] = set()
@@ -220,6 +225,8 @@ class CoalescingClient:
             else:
                 batch.timer = loop.call_later(self._window_s, self._dispatch, batch)
         member = _Member(request, deadline, loop.create_future())
+        if self._tracer is not None:
+            member.caller = self._tracer.caller()
         batch.members.append(member)
         batch.rows += rows
         if batch.rows >= self._max_rows:
@@ -241,7 +248,7 @@ class CoalescingClient:
         return await self._inner.model_status(model_name, deadline)
 
     async def model_metadata(
-        self, model_name: str, version: int | None, deadline: Deadline, *, label: str | None = None
+        self, model_name: str, version: int | str | None, deadline: Deadline, *, label: str | None = None
     ) -> ModelMetadata:
         """Passed through: metadata calls are not batched."""
         return await self._inner.model_metadata(model_name, version, deadline, label=label)
@@ -292,7 +299,14 @@ class CoalescingClient:
         deadline = max((m.deadline for m in members), key=lambda d: d.expires_at)
         try:
             merged = merge_requests([m.request for m in members])
-            response = await self._inner.predict(merged, deadline)
+            if self._tracer is None:
+                response = await self._inner.predict(merged, deadline)
+            else:
+                attributes = {**request_attributes(merged), "tfserving.coalesced_requests": len(members)}
+                with self._tracer.coalesced_call([m.caller for m in members], attributes) as annotate:
+                    response = await self._inner.predict(merged, deadline)
+                    if response.model_version is not None:
+                        annotate("tfserving.model_spec.version", response.model_version)
             parts = split_response(response, [batch_rows(m.request) for m in members])
         except ServingError as exc:
             for m in members:

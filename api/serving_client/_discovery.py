@@ -144,7 +144,7 @@ class _Member:
             self._leave()
 
     async def model_metadata(
-        self, model_name: str, version: int | None, deadline: Deadline, *, label: str | None = None
+        self, model_name: str, version: int | str | None, deadline: Deadline, *, label: str | None = None
     ) -> ModelMetadata:
         self._enter()
         try:
@@ -390,7 +390,7 @@ class DiscoveringClient:
         return await self._current().model_status(model_name, deadline)
 
     async def model_metadata(
-        self, model_name: str, version: int | None, deadline: Deadline, *, label: str | None = None
+        self, model_name: str, version: int | str | None, deadline: Deadline, *, label: str | None = None
     ) -> ModelMetadata:
         """Model metadata from one of the current replicas."""
         return await self._current().model_metadata(model_name, version, deadline, label=label)

@@ -31,6 +31,7 @@ from api.serving_client._discovery import (
 )
 from api.serving_client._http1 import Http1Client
 from api.serving_client._replicas import ReplicatedClient
+from api.serving_client._tracing import ClientTracer
 from api.serving_client._types import MetadataProvider, ServingClient, no_metadata
 from api.serving_client._versions import VersionTracker
 
@@ -102,14 +103,15 @@ class ClientConfig:
 
 @asynccontextmanager
 async def open_serving_client(
-    config: ClientConfig, *, metadata: MetadataProvider = no_metadata
+    config: ClientConfig, *, metadata: MetadataProvider = no_metadata, tracer: ClientTracer | None = None
 ) -> AsyncIterator[ServingClient]:
     """The worker's serving client for `config`, closed on exit.
 
     Args:
         config: protocol, replicas, timeouts, retries, coalescing.
         metadata: called on every call; its items travel as REST headers or gRPC
-            metadata (the API sends the request id this way).
+            metadata (the API sends the request id this way, and the trace context).
+        tracer: opens a span per coalesced call and per attempt (`ClientTracer`); None: no spans.
 
     Yields:
         a `DiscoveringClient`: the targets (`config.rest_targets` or
@@ -179,6 +181,7 @@ async def open_serving_client(
             eject_s=config.eject_s,
             attempt_timeout_s=config.attempt_timeout_s,
             versions=versions,
+            tracer=tracer,
         )
 
     async def probe(replica: ServingClient) -> bool:
@@ -223,6 +226,7 @@ async def open_serving_client(
             max_batch_rows=config.coalescing.max_batch_rows,
             eager_batches=config.coalescing.eager_batches,
             replicas=replicas,
+            tracer=tracer,
         )
     try:
         await versions.start()

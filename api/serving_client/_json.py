@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import base64
 import json
+import math
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote
 
@@ -29,6 +31,7 @@ from api.serving_client._types import (
     Tensor,
     TensorInfo,
     VersionStatus,
+    nest,
 )
 
 
@@ -45,9 +48,36 @@ def loads(content: bytes) -> Any:
 
 
 def predict_body(request: PredictRequest) -> bytes:
-    """The JSON body of `POST /v1/models/...:predict`, columnar format."""
-    inputs = {name: tensor.to_nested() for name, tensor in request.inputs.items()}
-    return orjson.dumps({"signature_name": request.model_spec.signature_name, "inputs": inputs})
+    """The JSON body of `POST /v1/models/...:predict`, columnar format.
+
+    DT_STRING values (bytes) travel as `{"b64": ...}`, which TF Serving decodes for any
+    string input; non-finite floats as the bare tokens `NaN`, `Infinity` and `-Infinity`,
+    which it reads (orjson would write them as `null`). A body with neither is written by
+    orjson alone.
+    """
+    inputs = {name: _json_values(tensor) for name, tensor in request.inputs.items()}
+    body = {"signature_name": request.model_spec.signature_name, "inputs": inputs}
+    if not any(t.dtype in _FLOATS and not _finite(t.values) for t in request.inputs.values()):
+        return orjson.dumps(body)
+    # Python's encoder writes the three tokens (allow_nan); only such rare bodies pay for it.
+    return json.dumps(body, separators=(",", ":")).encode("ascii")
+
+
+_FLOATS = frozenset({DataType.DT_FLOAT, DataType.DT_DOUBLE, DataType.DT_HALF, DataType.DT_BFLOAT16})
+
+
+def _finite(values: Sequence[Scalar]) -> bool:
+    return all(math.isfinite(v) for v in values if isinstance(v, float))
+
+
+def _json_values(tensor: Tensor) -> object:
+    """The tensor's values nested by its shape (`nest` slices lists and `array.array`s alike)."""
+    if tensor.dtype is not DataType.DT_STRING:
+        return tensor.to_nested()
+    encoded = [{"b64": base64.b64encode(value).decode("ascii")} for value in tensor.values if isinstance(value, bytes)]
+    if len(encoded) != len(tensor.values):
+        raise TypeError("a DT_STRING tensor's values must be bytes")
+    return nest(encoded, tensor.shape)  # type: ignore[arg-type]  # nest only slices and lists its items
 
 
 def model_path(name: str, version: int | None = None, label: str | None = None) -> str:

@@ -21,6 +21,7 @@ from api.serving_client._errors import (
     UNREACHABLE,
     ServingBadResponse,
     ServingError,
+    ServingRejected,
     ServingTimeout,
     ServingUnavailable,
     call_budget,
@@ -111,7 +112,11 @@ class RestTransport:
         Raises:
             ServingError subclasses (see `api.serving_client`).
         """
-        answer = await self._call("POST", _json.predict_path(request), deadline, _json.predict_body(request))
+        try:
+            body = _json.predict_body(request)
+        except (TypeError, ValueError) as exc:
+            raise ServingRejected(f"an input cannot be written as JSON ({exc})") from exc
+        answer = await self._call("POST", _json.predict_path(request), deadline, body)
         try:
             return _json.predict_response(answer, request)
         except ServingError as exc:
@@ -132,14 +137,17 @@ class RestTransport:
             raise
 
     async def model_metadata(
-        self, model_name: str, version: int | None, deadline: Deadline, *, label: str | None = None
+        self, model_name: str, version: int | str | None, deadline: Deadline, *, label: str | None = None
     ) -> ModelMetadata:
         """`GET /v1/models/{name}[/versions/{v} | /labels/{l}]/metadata`: the SignatureDefs of
-        the version serving resolves (its number is in the answer's `model_spec`).
+        `version`, else of the version `label` names (a str `version` is a label too), else of
+        the latest; the version serving resolved is in the answer's `model_spec`.
 
         Raises:
             ServingError subclasses (see `api.serving_client`).
         """
+        if isinstance(version, str):
+            version, label = None, version
         path = _json.model_path(model_name, version, label) + "/metadata"
         answer = await self._call("GET", path, deadline)
         try:

@@ -15,7 +15,7 @@ import struct
 import sys
 from array import array
 from collections.abc import Mapping, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from api.protos.tensorflow.core.framework import tensor_pb2, tensor_shape_pb2, types_pb2
 from api.protos.tensorflow.core.protobuf import meta_graph_pb2
@@ -76,16 +76,67 @@ def tensor_to_proto(tensor: Tensor, out: tensor_pb2.TensorProto | None = None) -
         # `values` is typed for every dtype; protobuf checks each is bytes (TypeError otherwise).
         proto.string_val.extend(tensor.values)  # type: ignore[arg-type]
         return proto
+    if tensor.dtype in _HALF_TYPES:
+        proto.tensor_content = encode_16bit(tensor.dtype, tensor.values)
+        return proto
     layout = _LAYOUT.get(tensor.dtype)
     if layout is None:
         raise ValueError(f"cannot encode dtype {tensor.dtype.name}")
-    # `values` is typed for every dtype; array() checks each fits the C type (TypeError,
-    # OverflowError), which is the check the caller relies on.
-    values = array(layout[0], tensor.values)  # type: ignore[type-var]
+    given = tensor.values
+    values: array[Any]
+    if isinstance(given, array) and given.typecode == layout[0]:
+        values = given  # already the wire's C type (an OIP binary tensor): its bytes as they are
+    else:
+        # array() checks each value fits the C type (TypeError, OverflowError), which is the
+        # check the caller relies on.
+        values = array(layout[0], given)
     if _SWAP:
+        values = array(values.typecode, values)
         values.byteswap()
     proto.tensor_content = values.tobytes()
     return proto
+
+
+# DT_HALF (IEEE 754 binary16) and DT_BFLOAT16 (the top half of a float32): 2 bytes a value in
+# tensor_content, their bit patterns in half_val (tensor.proto). `array` has no 16-bit float.
+_HALF_TYPES = frozenset({DataType.DT_HALF, DataType.DT_BFLOAT16})
+
+
+def encode_16bit(dtype: DataType, values: Sequence[Scalar]) -> bytes:
+    """Little-endian DT_HALF or DT_BFLOAT16 bytes of `values` (Python floats).
+
+    DT_HALF rounds to nearest even (`struct`'s `e`); DT_BFLOAT16 rounds the float32 to
+    nearest even on its top 16 bits, NaN kept a NaN, as TensorFlow's conversion does.
+
+    Raises:
+        OverflowError: a finite value beyond DT_HALF's range (65504).
+        TypeError: a value that is not a number.
+    """
+    if dtype is DataType.DT_HALF:
+        return struct.pack(f"<{len(values)}e", *values)
+    words = array("I", struct.pack(f"<{len(values)}f", *values))
+    if _SWAP:
+        words.byteswap()
+    out = array("H")
+    for bits in words:
+        if bits & 0x7F800000 == 0x7F800000 and bits & 0x007FFFFF:  # NaN: a quiet NaN of its sign
+            out.append((bits >> 16) | 0x0040)
+        else:
+            out.append(((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF)
+    if _SWAP:
+        out.byteswap()
+    return out.tobytes()
+
+
+def decode_16bit(dtype: DataType, content: bytes) -> list[float]:
+    """Python floats of little-endian DT_HALF or DT_BFLOAT16 bytes (exact: both widen)."""
+    count = len(content) // 2
+    if dtype is DataType.DT_HALF:
+        return list(struct.unpack(f"<{count}e", content))
+    halves = array("H", content)
+    if _SWAP:
+        halves.byteswap()
+    return list(struct.unpack(f"<{count}f", struct.pack(f"<{count}I", *(h << 16 for h in halves))))
 
 
 def tensor_from_proto(proto: tensor_pb2.TensorProto) -> Tensor:
@@ -108,6 +159,17 @@ def tensor_from_proto(proto: tensor_pb2.TensorProto) -> Tensor:
     values: Sequence[Scalar]
     if dtype is DataType.DT_STRING:
         values = _fill(list(proto.string_val), count, dtype)
+    elif dtype in _HALF_TYPES:
+        if proto.tensor_content:
+            if len(proto.tensor_content) != count * 2:
+                raise ServingBadResponse(
+                    f"serving answered {len(proto.tensor_content)} bytes of tensor_content "
+                    f"for a {dtype.name} tensor of shape {list(shape)}"
+                )
+            values = decode_16bit(dtype, proto.tensor_content)
+        else:
+            bits = _fill([v & 0xFFFF for v in proto.half_val], count, dtype)
+            values = decode_16bit(dtype, struct.pack(f"<{len(bits)}H", *bits))
     else:
         layout = _LAYOUT.get(dtype)
         if layout is None:

@@ -41,7 +41,9 @@ class DataType(enum.IntEnum):
     DT_STRING = 7
     DT_INT64 = 9
     DT_BOOL = 10
+    DT_BFLOAT16 = 14
     DT_UINT16 = 17
+    DT_HALF = 19
     DT_UINT32 = 22
     DT_UINT64 = 23
 
@@ -52,8 +54,10 @@ class Tensor:
 
     Attributes:
         shape: dimensions, outermost (the batch) first; () for a scalar.
-        values: the elements, flat. Floats for DT_FLOAT/DT_DOUBLE, ints for integer
-            types, bools, bytes for DT_STRING.
+        values: the elements, flat. Floats for DT_FLOAT/DT_DOUBLE/DT_HALF/DT_BFLOAT16
+            (values of the 16-bit types are rounded to them on the wire), ints for integer
+            types, bools, bytes for DT_STRING. Any sequence: a list, or an `array.array`
+            whose typecode is the dtype's (`_tensor_proto` then copies its bytes as they are).
         dtype: element type; None when the transport does not say (REST answers carry
             JSON numbers only).
 
@@ -245,7 +249,7 @@ class ModelMetadata:
 
     Attributes:
         version: the version described: the answer's `model_spec.version`, which serving
-            sets to the version it resolved (the latest AVAILABLE, or a label's).
+            sets to the version it resolved (the latest AVAILABLE, or the one a label names).
         signatures: SignatureDef key -> signature.
     """
 
@@ -271,10 +275,11 @@ class ServingClient(Protocol):
         ...
 
     async def model_metadata(
-        self, model_name: str, version: int | None, deadline: Deadline, *, label: str | None = None
+        self, model_name: str, version: int | str | None, deadline: Deadline, *, label: str | None = None
     ) -> ModelMetadata:
         """The SignatureDefs of one version (TF Serving GetModelMetadata, "signature_def"):
-        `version`, else the version `label` names, else the latest AVAILABLE."""
+        `version`, else the version `label` names, else the latest AVAILABLE. A str `version`
+        is a version label (as `label=`), which serving resolves."""
         ...
 
     async def aclose(self) -> None:

@@ -4,15 +4,23 @@
 
 Runs docker-compose.yml with our model server's image as `serving` (SERVING_IMAGE), then:
 
-1. `up -d`, waits until every container's healthcheck says healthy;
-2. scores examples/transaction.json through the API's published port;
+1. writes a fresh API key's digest to a key folder of its own (API_AUTH_DIR: authentication is
+   on in the stack), `up -d`, waits until every container's healthcheck says healthy;
+2. checks that a score without the key is refused (401), then scores examples/transaction.json
+   with it through the API's published port;
 3. under a steady load of score requests, scales serving from 1 to 3 replicas (and the API
    to 2, each on its own host port from API_PORTS) and waits until every serving replica
    has answered some of them: each replica's own count comes from its Prometheus page
    (`:tensorflow:serving:request_count{model_name="fraud",status="OK"}`), read inside the
    container;
 4. still under load, stops one serving replica (SIGTERM, then its grace period);
-5. tears everything down (also on failure), and fails if any request of the load failed.
+5. tears everything down (also on failure), and fails if any request of the load failed;
+6. the second scenario, one's own model through deploy/compose/own-model.override.yml exactly
+   as docs/deploying.md says: the iris SavedModel exported and its route scaffolded into
+   my-model/ (docs/own-model.md's first steps, with the venv's Python), then the commands of the
+   page's block marked `<!-- compose-test: own-model -->` run as written (`docker compose` is
+   the engine's compose command with this test's project name; the curl waits for healthy and
+   goes to the published port), the answer checked, and down.
 
 Standard library only, so it runs with any Python 3.11 (the host's). Expects ENGINE
 (docker or podman) and COMPOSE (the compose command, space-separated) in the environment,
@@ -24,12 +32,15 @@ timer, so a thread here runs `podman healthcheck run` for the project's containe
 from __future__ import annotations
 
 import argparse
+import hashlib
 import http.client
 import json
 import os
 import re
+import secrets
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -47,6 +58,8 @@ _METRICS_CMD = (
 )
 
 _started = time.monotonic()
+# The API key every request of this test sends (set by `write_key_folder`).
+_KEY = "tfs_" + secrets.token_urlsafe(32)
 
 
 def log(message: str) -> None:
@@ -155,7 +168,7 @@ class Load(threading.Thread):
             try:
                 if conn is None:
                     conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
-                conn.request("POST", "/v1/fraud/score", self.body, {"content-type": "application/json"})
+                conn.request("POST", "/v1/fraud/score", self.body, _headers())
                 response = conn.getresponse()
                 text = response.read()
                 outcome = None if response.status == 200 else f"{response.status} {text[:200]!r}"
@@ -183,9 +196,33 @@ def published_port(stack: Stack, index: int = 1) -> int:
     return int(text.rsplit(":", 1)[1])
 
 
+def _headers(key: str | None = _KEY) -> dict[str, str]:
+    return {"content-type": "application/json", **({"x-api-key": key} if key else {})}
+
+
+def write_key_folder() -> Path:
+    """A folder with an API key file listing `_KEY`'s SHA-256 (the format of api.security.api_keys),
+    readable by the API container's user."""
+    folder = Path(tempfile.mkdtemp(prefix="compose-test-auth-"))
+    folder.chmod(0o755)
+    path = folder / "api-keys"
+    path.write_text(f"compose-test sha256:{hashlib.sha256(_KEY.encode()).hexdigest()}\n")
+    path.chmod(0o644)
+    return folder
+
+
+def refused_without_key(port: int, body: bytes) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn.request("POST", "/v1/fraud/score", body, _headers(None))
+    response = conn.getresponse()
+    text = response.read()
+    if response.status != 401 or not response.getheader("www-authenticate", "").startswith("Bearer"):
+        raise AssertionError(f"score without a key via port {port}: {response.status} {text!r}")
+
+
 def score_once(port: int, body: bytes) -> dict:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    conn.request("POST", "/v1/fraud/score", body, {"content-type": "application/json"})
+    conn.request("POST", "/v1/fraud/score", body, _headers())
     response = conn.getresponse()
     text = response.read()
     if response.status != 200:
@@ -206,6 +243,66 @@ def wait_spread(stack: Stack, base: dict[str, int], replicas: int, timeout_s: fl
         time.sleep(1)
 
 
+OWN_MODEL_MARK = "<!-- compose-test: own-model -->"
+
+
+def documented_commands(page: Path, mark: str) -> list[str]:
+    """The `$ ` commands of the console block after `mark` on `page`, continuation lines joined."""
+    text = page.read_text()
+    block = text[text.index(mark) :].split("```", 2)[1]
+    commands: list[str] = []
+    pending = ""
+    for line in block.splitlines()[1:]:
+        if pending:
+            pending += " " + line.strip()
+        elif line.startswith("$ "):
+            pending = line[2:]
+        else:
+            continue
+        if pending.endswith("\\"):
+            pending = pending[:-1].rstrip()
+        else:
+            commands.append(pending)
+            pending = ""
+    return commands
+
+
+def own_model_scenario(stack: Stack, venv_python: str) -> None:
+    """Scenario 2: the iris example as one's own model, through the override, as the docs say."""
+    project = REPO / "my-model"
+    if project.exists():
+        subprocess.run(["rm", "-rf", str(project)], check=True)
+    log("own model: exporting the iris SavedModel and scaffolding its route into my-model/")
+    stack.run(venv_python, "examples/own_model/export.py", "my-model/models/iris", timeout=600)
+    stack.run(venv_python, "-m", "api.model_routes.scaffold", "--saved-model", "my-model/models/iris", "--name", "iris")
+    commands = documented_commands(REPO / "docs" / "deploying.md", OWN_MODEL_MARK)
+    compose = " ".join(stack.compose[:-2])  # with -p, without -f: the page names its files
+    exports = [c for c in commands if c.startswith("export ")]
+    try:
+        for command in commands:
+            if command.startswith("export "):
+                continue
+            if command.startswith("curl "):
+                stack.wait_healthy("serving", 1, 300)
+                stack.wait_healthy("api", 1, 120)
+                port = published_port(stack)
+                command = command.replace("127.0.0.1:8000", f"127.0.0.1:{port}")
+            command = command.replace("docker compose", compose)
+            log(f"own model: $ {command}")
+            out = stack.run("bash", "-c", "; ".join([*exports, command]), timeout=600)
+            if command.startswith("curl "):
+                answer = json.loads(out)
+                log(f"own model: scored a flower through the override: {out.strip()}")
+                assert answer["model"] == {"name": "iris", "version": 1}, answer
+                assert len(answer["probabilities"]) == 3 and abs(sum(answer["probabilities"]) - 1) < 1e-4, answer
+    finally:
+        stack.run("bash", "-c", "; ".join([*exports, f"{compose} -f docker-compose.yml -f "
+                                           "deploy/compose/own-model.override.yml down --remove-orphans"]),
+                  check=False, timeout=300)  # fmt: skip
+        subprocess.run(["rm", "-rf", str(project)], check=False)
+        log("own model: down")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--serving-image", default="tfserve-split/serving:0.1.0")
@@ -215,12 +312,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "whose Docker API refuses ranges, 0: a free port each)",
     )
     parser.add_argument("--spread-s", type=float, default=8.0, help="load kept on 3 replicas before counting")
+    parser.add_argument("--venv-python", default=str(REPO / ".venv" / "bin" / "python"),
+                        help="the project's venv Python (make install): exports and scaffolds the own model")
+    parser.add_argument("--skip-own-model", action="store_true", help="only the first scenario")
     args = parser.parse_args(argv)
 
     engine = os.environ["ENGINE"]
     compose = os.environ["COMPOSE"].split()
     api_ports = args.api_ports or ("0" if engine == "podman" else "18000-18009")
-    env = {**os.environ, "SERVING_IMAGE": args.serving_image, "API_PORTS": api_ports}
+    env = {**os.environ, "SERVING_IMAGE": args.serving_image, "API_PORTS": api_ports,
+           "API_AUTH_DIR": str(write_key_folder()), "KEY": _KEY}  # KEY: docs/deploying.md's curl sends it
     stack = Stack(engine, compose, env)
     body = (REPO / "examples" / "transaction.json").read_bytes()
     official = "tensorflow/serving" in args.serving_image
@@ -244,6 +345,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         log(f"up: serving and api healthy in {timings['up to healthy']:.1f} s")
 
         port = published_port(stack)
+        refused_without_key(port, body)
+        log("a score without an API key: 401 with WWW-Authenticate")
         answer = score_once(port, body)
         log(f"scored examples/transaction.json via 127.0.0.1:{port}: {json.dumps(answer)}")
         assert answer["transaction_id"] and 0.0 <= answer["fraud_score"] <= 1.0, answer
@@ -302,6 +405,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         log(f"FAILED: {len(load.failed)} of {load.ok + len(load.failed)} requests failed; first: {load.failed[:5]}")
         return 1
     log(f"all {load.ok} requests under load answered 200 (zero failed)")
+    if not args.skip_own_model:
+        pump = HealthPump(stack) if engine == "podman" else None
+        if pump is not None:
+            pump.start()
+        try:
+            own_model_scenario(stack, args.venv_python)
+        finally:
+            if pump is not None:
+                pump.stop.set()
     log(f"per-replica requests (each replica's own :tensorflow:serving:request_count, fraud, OK) "
         f"during {args.spread_s:.0f} s on 3 replicas:")
     for name, count in sorted(spread.items()):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from api.model_routes import DataType, JsonBody, ModelRoute, Prediction, Signature, TensorSpec
+from api.model_routes import DataType, JsonBody, ModelRoute, PayloadCapture, Prediction, Signature, TensorSpec
 from examples.fraud.features import N_FEATURES, extract_features
 from examples.fraud.schemas import FraudScore, Transaction
 
@@ -61,4 +61,6 @@ route: ModelRoute[Transaction, FraudScore, FraudOptions] = ModelRoute(
     event_fields=lambda transaction, answer: {"is_fraud": answer.is_fraud},
     # During a canary one card holder sees one model version.
     rollout_key=lambda transaction: transaction.user_id,
+    # Captured payloads (MODELS__FRAUD__CAPTURE_SAMPLE_RATE, PAYLOAD_CAPTURE__URL) never carry who paid.
+    capture=PayloadCapture(redact=("user_id",)),
 )

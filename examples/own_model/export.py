@@ -1,4 +1,4 @@
-"""Export a small SavedModel of your own: an iris classifier, for README's "Serve your own model".
+"""Export a small SavedModel of your own: an iris classifier, for docs/own-model.md.
 
     .venv/bin/python examples/own_model/export.py /tmp/own-model/iris    # writes .../iris/1
 

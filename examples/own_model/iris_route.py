@@ -1,6 +1,6 @@
 """A model route of your own: `POST /v1/iris/classify`, declared with `api.model_routes` only.
 
-Enable it with `MODEL_ROUTES=iris_route:route` and this folder on `PYTHONPATH` (README,
+Enable it with `MODEL_ROUTES=iris_route:route` and this folder on `PYTHONPATH` (docs/own-model.md,
 "Serve your own model"); nothing under `api/` changes.
 """
 
@@ -14,9 +14,10 @@ SPECIES = ("setosa", "versicolor", "virginica")
 
 
 class Flower(BaseModel):
-    """The request: one flower's measurements, centimetres."""
+    """The request: one flower's measurements, centimetres; strict types (a JSON number each, no
+    string or boolean), unknown fields refused."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
     sepal_length: float = Field(gt=0, le=100)
     sepal_width: float = Field(gt=0, le=100)

@@ -36,6 +36,10 @@ behind the :class:`~serving.servables.tensorflow.serving_session.Session` interf
   must then end at ``max_execution_batch_size``, so no executed batch -- padding included -- is
   larger.
 
+With tracing (:mod:`serving.util.tracing`), each request's wait in its queue is a ``batch queue``
+span and each merged run a ``Session run`` span, a child of the batch's first sampled request and
+linked to the others; both are recorded on the batch thread, from the times kept anyway.
+
 Queue bookkeeping runs on the event loop (no locks; deadlines on :func:`time.monotonic`); only
 merge, run, split and the per-request metrics run on the batch threads, which hand results back
 with ``call_soon_threadsafe`` (one wake-up of the loop per batch). Calls are awaited, so a waiting
@@ -86,7 +90,10 @@ from serving.util.errors import Code, ServingError, from_exception
 from serving.util.executor import BlockingExecutor
 
 if TYPE_CHECKING:
+    from opentelemetry.context import Context
+
     from serving.util.metrics import ServingMetrics
+    from serving.util.tracing import ServingTracing
 
 __all__ = ["BatchingSession"]
 
@@ -111,7 +118,7 @@ class _Task:
     (on its first part when split), ``None`` for the other parts.
     """
 
-    __slots__ = ("deadline", "enqueued", "feeds", "future", "input_size", "size", "timeout_ms")
+    __slots__ = ("deadline", "enqueued", "feeds", "future", "input_size", "size", "timeout_ms", "trace")
 
     def __init__(
         self,
@@ -133,6 +140,7 @@ class _Task:
             self.enqueued + self.timeout_ms / 1000 if self.timeout_ms is not None else None
         )
         self.input_size = input_size
+        self.trace: Context | None = None  # the caller's trace context, when tracing
 
 
 class _Batch:
@@ -178,7 +186,8 @@ class BatchingSession:
 
     One per server: its queues and ``num_batch_threads`` batch threads are shared by every model
     and version (TF Serving's one ``SharedBatchScheduler`` per server). Use it from one event
-    loop. ``metrics`` (optional) records TF Serving's ``batching_session`` metrics.
+    loop. ``metrics`` (optional) records TF Serving's ``batching_session`` metrics; ``tracing``
+    (optional) records the queueing and the runs as spans.
     """
 
     def __init__(
@@ -186,8 +195,10 @@ class BatchingSession:
         options: BatchingOptions,
         executor: BlockingExecutor,
         metrics: ServingMetrics | None = None,
+        tracing: ServingTracing | None = None,
     ) -> None:
         options.validate()
+        self._tracing = tracing
         self._options = options
         self._executor = executor
         self._metrics = metrics
@@ -245,6 +256,8 @@ class BatchingSession:
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
         task = _Task(feeds, size, timeout_ms, self._loop.create_future(), input_size=size)
+        if self._tracing is not None:
+            task.trace = self._tracing.current()
         try:
             if self._options.enable_large_batch_splitting:
                 parts = self._enqueue_splitting(queue, task)
@@ -314,6 +327,7 @@ class BatchingSession:
                 )
             ]
         for part in parts:
+            part.trace = task.trace
             if queue.open.size + part.size > limit:
                 queue.closed.append(queue.open)
                 queue.open = _Batch()
@@ -415,7 +429,10 @@ class BatchingSession:
     def _work(self, queue: _Queue, tasks: list[_Task], dequeued: float) -> None:
         """The batch thread's job: run the batch, record its metrics, hand results to the loop."""
         try:
-            results = self._run_batch(queue, tasks)
+            if self._tracing is None:
+                results = self._run_batch(queue, tasks)
+            else:
+                results = self._traced_batch(queue, tasks, dequeued, self._tracing)
             if self._metrics is not None:
                 pool = self._options.thread_pool_name
                 for task in tasks:
@@ -427,6 +444,21 @@ class BatchingSession:
         assert self._loop is not None
         with contextlib.suppress(RuntimeError):  # the loop closed: nobody is waiting any more
             self._loop.call_soon_threadsafe(self._finish, tasks, results)
+
+    def _traced_batch(
+        self, queue: _Queue, tasks: list[_Task], dequeued: float, tracing: ServingTracing
+    ) -> list[Result]:
+        """:meth:`_run_batch` with each task's ``batch queue`` span and the batch's ``Session run``."""
+        for task in tasks:
+            tracing.queued(task.trace, task.enqueued, dequeued, {"tfserving.batch_size": task.size})
+        attributes: dict[str, str | int | bool] = {
+            "tfserving.model_spec.name": queue.handle.name,
+            "tfserving.model_spec.version": queue.handle.version,
+            "tfserving.batch_size": sum(task.size for task in tasks),
+            "tfserving.batched_requests": len(tasks),
+        }
+        with tracing.batch_run([task.trace for task in tasks], attributes):
+            return self._run_batch(queue, tasks)
 
     def _run_batch(self, queue: _Queue, tasks: list[_Task]) -> list[Result]:
         """Merge, run once, split. Per task: its outputs, or the error its own run gives."""

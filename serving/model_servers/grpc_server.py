@@ -30,7 +30,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from tensorflow_serving.apis import model_service_pb2, prediction_service_pb2
@@ -44,6 +44,9 @@ from serving.protos.tensorflow_serving.config.ssl_config_pb2 import SSLConfig
 from serving.util.errors import Code, LimitExceeded, ServingError
 from serving.util.malloc_trim import MallocTrimmer
 from serving.util.proto_util import read_text_proto_file
+
+if TYPE_CHECKING:
+    from serving.util.tracing import ServingTracing
 
 __all__ = ["GrpcServer", "server_arguments", "server_credentials"]
 
@@ -99,8 +102,10 @@ class GrpcServer:
         prediction_service: PredictionService,
         model_service: ModelService,
         on_limit: Callable[[LimitExceeded], None] | None = None,
+        tracing: ServingTracing | None = None,
     ) -> None:
-        """``on_limit`` is told of every request refused for a limit (to count it)."""
+        """``on_limit`` is told of every request refused for a limit (to count it); ``tracing``
+        continues each call's trace (:mod:`serving.util.tracing`)."""
         self._server = grpc.aio.server(
             options=server_arguments(options),
             maximum_concurrent_rpcs=options.grpc_max_threads or None,
@@ -113,12 +118,14 @@ class GrpcServer:
                     prediction_service_pb2.DESCRIPTOR.services_by_name["PredictionService"],
                     on_limit,
                     trimmer,
+                    tracing,
                 ),
                 translated_handler(
                     model_service,
                     model_service_pb2.DESCRIPTOR.services_by_name["ModelService"],
                     on_limit,
                     trimmer,
+                    tracing,
                 ),
             )
         )

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from google.protobuf import message_factory
@@ -27,6 +27,9 @@ from google.protobuf.message import DecodeError
 
 from serving.util.errors import LimitExceeded, ServingError, from_exception
 from serving.util.malloc_trim import LARGE_REQUEST_BYTES, MallocTrimmer
+
+if TYPE_CHECKING:
+    from serving.util.tracing import ServingTracing
 
 __all__ = ["translated_handler"]
 
@@ -61,6 +64,7 @@ def translated_handler(
     service: Any,
     on_limit: Callable[[LimitExceeded], None] | None = None,
     trimmer: MallocTrimmer | None = None,
+    tracing: ServingTracing | None = None,
 ) -> grpc.GenericRpcHandler:
     """The handler of ``service``'s (unary) methods, each calling ``servicer``'s method of the
     same name behind the one error translation (``ToGRPCStatus``), so that nothing a method
@@ -74,6 +78,7 @@ def translated_handler(
         service: the service's descriptor (``<module>_pb2.DESCRIPTOR.services_by_name[...]``).
         on_limit: told of every request refused for one of the server's limits (to count it).
         trimmer: told when a request of :data:`LARGE_REQUEST_BYTES` or more has been handled.
+        tracing: puts a SERVER span around each call, continuing the trace in its metadata.
     """
     handlers = {}
     for method in service.methods:
@@ -81,7 +86,7 @@ def translated_handler(
         response_class = message_factory.GetMessageClass(method.output_type)
         path = f"/{service.full_name}/{method.name}"
         handlers[method.name] = grpc.unary_unary_rpc_method_handler(
-            _translating_errors(getattr(servicer, method.name), path, on_limit, trimmer),
+            _traced(_translating_errors(getattr(servicer, method.name), path, on_limit, trimmer), path, tracing),
             request_deserializer=_parser(request_class, large=trimmer is not None),
             response_serializer=response_class.SerializeToString,
         )
@@ -130,6 +135,22 @@ def _translating_errors(
         context.set_code(code)
         context.set_details(message)
         return None
+
+    return call
+
+
+def _traced(behavior: Behavior, method: str, tracing: ServingTracing | None) -> Behavior:
+    """``behavior`` inside a SERVER span recording the status it leaves (itself when not tracing)."""
+    if tracing is None:
+        return behavior
+
+    async def call(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        async with tracing.grpc_call(method, context.invocation_metadata()) as span:
+            try:
+                return await behavior(request, context)
+            finally:  # the status the translation (or an abort) set; none set: OK
+                code = context.code()
+                tracing.grpc_status(span, code.name if code is not None else "OK", context.details() or "")
 
     return call
 

@@ -23,7 +23,7 @@ import os
 import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 from starlette.applications import Starlette
@@ -48,6 +48,9 @@ from serving.util.errors import Code, LimitExceeded, ServingError, from_exceptio
 from serving.util.process_executor import ProcessExecutor
 from serving.util.request_limits import RequestLimits
 
+if TYPE_CHECKING:
+    from serving.util.tracing import ServingTracing
+
 __all__ = ["JSON_QUEUE", "RestServer", "bind", "bind_unix", "create_app", "json_processes"]
 
 _log = logging.getLogger(__name__)
@@ -70,6 +73,7 @@ def create_app(
     limits: RequestLimits | None = None,
     on_limit: LimitCallback | None = None,
     codec_executor: CodecExecutor | None = None,
+    tracing: ServingTracing | None = None,
 ) -> ASGIApp:
     """The REST API over ``predictor`` (predict), ``inference`` (classify, regress) and
     ``manager`` (status, metadata).
@@ -81,7 +85,8 @@ def create_app(
     ``limits`` holds request bodies to their size and time limits (:class:`~serving.model_servers.
     http_limits.RequestLimitsMiddleware`); every request refused for a limit is passed to ``on_limit``.
     ``codec_executor`` decodes large bodies and encodes large answers off the event loop
-    (:class:`~serving.model_servers.http_rest_api_handler.HttpRestApiHandler`).
+    (:class:`~serving.model_servers.http_rest_api_handler.HttpRestApiHandler`). ``tracing`` puts a
+    SERVER span around each request, continuing the caller's trace (:mod:`serving.util.tracing`).
     """
     limits = limits if limits is not None else RequestLimits()
     report: LimitCallback = on_limit if on_limit is not None else _ignore
@@ -127,7 +132,8 @@ def create_app(
             Exception: on_unexpected_error,
         },
     )
-    return RequestLimitsMiddleware(app, limits, report, headers)
+    limited = RequestLimitsMiddleware(app, limits, report, headers)
+    return tracing.asgi(limited) if tracing is not None else limited
 
 
 def json_processes(count: int) -> ProcessExecutor | None:

@@ -34,8 +34,9 @@ import logging
 import signal
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+from otel_tracing import check_config, tracing_enabled
 from serving.batching.batching_options import BatchingOptions
 from serving.batching.batching_session import BatchingSession
 from serving.config.model_server_config import ModelServerConfig
@@ -60,9 +61,12 @@ from serving.servables.tensorflow.monitored import (
 from serving.servables.tensorflow.predict_impl import Predictor
 from serving.servables.tensorflow.servable import Servable
 from serving.servables.tensorflow.serving_session import DirectSession, Session
-from serving.util.errors import LimitExceeded
+from serving.util.errors import Code, LimitExceeded, ServingError
 from serving.util.executor import BlockingExecutor
 from serving.util.metrics import ServingMetrics
+
+if TYPE_CHECKING:
+    from serving.util.tracing import ServingTracing
 
 __all__ = ["FrontEnd", "ModelServer", "build", "run", "serve"]
 
@@ -100,6 +104,9 @@ class ModelServer:
     """``--model_config_file_poll_wait_seconds``; ``None`` when off."""
     executors: list[BlockingExecutor]
     """The request and batch thread pools, shut down last."""
+    tracing: ServingTracing | None = None
+    """The tracer provider when the ``OTEL_*`` variables turn tracing on; its spans are exported
+    before the process ends."""
 
     async def run(self) -> int:
         """Start, serve until a signal (or a front end stops), drain, shut down.
@@ -136,6 +143,8 @@ class ModelServer:
         for executor in self.executors:
             executor.shutdown()
         load_executor.shutdown()
+        if self.tracing is not None:
+            self.tracing.shutdown()
         _log.info("Server stopped")
         return 1 if crashed else 0
 
@@ -151,6 +160,7 @@ def build(options: ServerOptions, config: ModelServerConfig) -> ModelServer:
     batching = batching_options(options)
     metrics_path = prometheus_path(options.monitoring_config_file)
     metrics = ServingMetrics()
+    tracing = load_tracing()
     manager = ServableManager(
         _loader(options, metrics),
         allow_version_labels_for_unavailable_models=(
@@ -173,10 +183,10 @@ def build(options: ServerOptions, config: ModelServerConfig) -> ModelServer:
     load_executor = BlockingExecutor(2, "servable-load")
     executors = [request_executor]
     session: Session = DirectSession(
-        request_executor, inline_below_s=options.session_run_inline_below_us / 1e6
+        request_executor, inline_below_s=options.session_run_inline_below_us / 1e6, tracing=tracing
     )
     if batching is not None:
-        session, batch_executor = _batching_session(batching, metrics)
+        session, batch_executor = _batching_session(batching, metrics, tracing)
         executors.append(batch_executor)
     # Each core API runs through the same (batching or direct) Session, wrapped per API in what
     # TF Serving records per Session run (runtime_latency, or MultiInference's example counts).
@@ -207,6 +217,7 @@ def build(options: ServerOptions, config: ModelServerConfig) -> ModelServer:
             limits=limits,
             on_limit=functools.partial(_count_limit, metrics, "REST"),
             codec_executor=json_pool if json_pool is not None else request_executor,
+            tracing=tracing,
         )
         sock = bind(options.rest_api_host, options.rest_api_port)
         unix_sock = bind_unix(options.rest_api_socket_path) if options.rest_api_socket_path else None
@@ -239,13 +250,32 @@ def build(options: ServerOptions, config: ModelServerConfig) -> ModelServer:
                 prediction_service,
                 model_service,
                 on_limit=functools.partial(_count_limit, metrics, "GRPC"),
+                tracing=tracing,
             )
         )
     if metrics_path is not None and not options.rest_api_port:
         _log.warning("--monitoring_config_file: metrics are served on the REST port, which is off")
     if not front_ends:
         _log.warning("No front end enabled (--rest_api_port=0 and --port=0); only loading")
-    return ModelServer(manager, front_ends, load_executor, config_poller, executors)
+    return ModelServer(manager, front_ends, load_executor, config_poller, executors, tracing)
+
+
+def load_tracing() -> ServingTracing | None:
+    """The server's tracing when the ``OTEL_*`` variables turn it on (``otel_tracing``), else None
+    (OpenTelemetry not imported).
+
+    Raises :class:`~serving.util.errors.ServingError` ``INVALID_ARGUMENT`` for an exporter or OTLP
+    protocol that cannot be served, or when the ``serving-tracing`` extra is not installed.
+    """
+    if not tracing_enabled():
+        return None
+    try:
+        check_config()
+        from serving.util.tracing import ServingTracing
+
+        return ServingTracing()
+    except (ValueError, ImportError) as exc:
+        raise ServingError(Code.INVALID_ARGUMENT, f"Tracing (OTEL_* variables): {exc}") from None
 
 
 def _loader(options: ServerOptions, metrics: ServingMetrics) -> Callable[[str], Any]:
@@ -285,12 +315,12 @@ def _loader(options: ServerOptions, metrics: ServingMetrics) -> Callable[[str], 
 
 
 def _batching_session(
-    batching: BatchingOptions, metrics: ServingMetrics
+    batching: BatchingOptions, metrics: ServingMetrics, tracing: ServingTracing | None = None
 ) -> tuple[BatchingSession, BlockingExecutor]:
     """``--enable_batching``: the batching Session and its batch threads."""
     _log.info("Batching: %s", batching.describe())
     batch_executor = BlockingExecutor(batching.num_batch_threads, batching.thread_pool_name)
-    return BatchingSession(batching, batch_executor, metrics), batch_executor
+    return BatchingSession(batching, batch_executor, metrics, tracing), batch_executor
 
 
 def _monitored_session(session: Session, metrics: ServingMetrics, api: str) -> Session:

@@ -120,7 +120,8 @@ def test_image_over_the_limit_is_413(client: TestClient) -> None:
     r = client.post(URL, files={"image": ("big.png", b"\0" * (IMAGE_LIMIT + 1), "image/png")})
     assert r.status_code == 413
     body = r.json()
-    assert body["detail"] == f"image is larger than {IMAGE_LIMIT} bytes"
+    limit = f"image is larger than {IMAGE_LIMIT} bytes"
+    assert body["detail"] == f"{limit} (raise the limit with MODELS__DIGITS__MAX_BODY_BYTES)"
     assert body["code"] == "payload_too_large"  # the same code as the body-size middleware
 
 

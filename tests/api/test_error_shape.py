@@ -143,7 +143,13 @@ def test_timeout_header_and_body_limit_answers_use_the_shape(client: TestClient)
     assert_error_shape(
         client.post(SCORE, json={}, headers={"x-request-timeout-ms": "-1"}), 422, "validation_error"
     )
-    assert_error_shape(client.post(SCORE, content=b"x" * (70 * 1024)), 413, "payload_too_large")
+    body = assert_error_shape(client.post(SCORE, content=b"x" * (70 * 1024)), 413, "payload_too_large")
+    # The 413 names the setting that raises the route's limit.
+    assert body["detail"] == (
+        "request body is larger than 65536 bytes (raise the limit with MODELS__FRAUD__MAX_BODY_BYTES)"
+    )
+    unknown = assert_error_shape(client.post("/nowhere", content=b"x" * (70 * 1024)), 413, "payload_too_large")
+    assert unknown["detail"].endswith("(raise the limit with MAX_BODY_BYTES)")
 
 
 @pytest.mark.parametrize(

@@ -21,8 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from api.app import create_app
 from api.config.enabled_routes import RouteConfigError, configure_routes, load_routes
-from api.config.settings import Settings
-from api.inference.readiness import signature_mismatches
+from api.config.settings import ModelSettings, Settings
+from api.inference.readiness import ModelsNotServed, signature_mismatches
 from api.inference.tensors import example_inputs
 from api.model_routes import (
     DataType,
@@ -206,8 +206,8 @@ OWN = "tests.api.test_model_routes:CIRCLE"
         ({}, [], "MODEL_ROUTES is not set"),
         ({}, ["fraud"], "'fraud' is not an import path package.module:attribute"),
         ({}, ["tests.api.test_model_routes:Point"], "is a ModelMetaclass, not a ModelRoute"),
-        ({}, ["no.such.module:route"], "cannot import 'no.such.module:route': no module 'no' on the Python path; add"),
-        ({}, ["no.such.module:route"], "add the directory that holds it to PYTHONPATH"),
+        ({}, ["no.such.module:route"], "cannot import 'no.such.module:route': no module 'no' on the Python path ("),
+        ({}, ["no.such.module:route"], "Fix: add the folder that holds 'no' to PYTHONPATH."),
         ({}, ["examples.fraud.nope:route"], "no module 'examples.fraud.nope' on the Python path"),
         ({}, ["examples.fraud.route:nope"], "module 'examples.fraud.route' has no attribute 'nope'"),
         ({}, [FRAUD, FRAUD], "two routes named 'fraud'"),
@@ -245,6 +245,43 @@ def test_the_app_refuses_to_start_when_serving_lacks_a_routes_model(settings: Se
             pass
 
 
+def test_the_app_refuses_to_start_with_the_models_serving_has_listed(settings: Settings, tmp_path: Path) -> None:
+    config = tmp_path / "models.config"
+    config.write_text('model_config_list { config { name: "circle" base_path: "/m/c" } config { name: "iris" } }')
+    fake = FakeClient({"circle": circle_model()})
+    renamed = settings.model_copy(
+        update={"serving_model_config_file": config, "models": {"circle": ModelSettings(model_name="circel")}}
+    )
+    app = create_app(renamed, routes=[CIRCLE], open_client=fake.opener)
+    with pytest.raises(ModelsNotServed) as refused:
+        with TestClient(app):
+            pass
+    message = str(refused.value)
+    assert "route 'circle' calls model 'circel'" in message
+    assert "Serving's model config names: circle, iris." in message
+    assert message.endswith("or leave the route out of MODEL_ROUTES.")  # the fix, last
+
+
+def test_a_route_that_does_not_fit_its_models_signature_stops_the_start_up(settings: Settings) -> None:
+    # A wrong dtype would be answered 200 over REST (JSON numbers convert) and 502 over gRPC:
+    # neither, the API does not start, and the reason names the tensor.
+    wrong = SignatureInfo(
+        inputs={"xy": TensorInfo(DataType.DT_INT64, (-1, 2))}, outputs={"score": TensorInfo(DataType.DT_FLOAT, (-1,))}
+    )
+    fake = FakeClient({"circle": FakeModel({"serving_default": wrong}, lambda r: {})})
+    with pytest.raises(ModelsNotServed) as refused:
+        with TestClient(create_app(settings, routes=[CIRCLE], open_client=fake.opener)):
+            pass
+    message = str(refused.value)
+    assert message.startswith(
+        "route 'circle' does not fit model 'circle' version 1, signature 'serving_default': "
+        "input 'xy' is DT_INT64, the route declares DT_FLOAT. Fix: declare the route's Signature"
+    )
+    loading = FakeClient({"circle": FakeModel({"serving_default": wrong}, lambda r: {}, versions={1: "LOADING"})})
+    with TestClient(create_app(settings, routes=[CIRCLE], open_client=loading.opener)) as c:
+        assert c.get("/readyz").status_code == 503  # not loaded yet: nothing to compare, /readyz tells
+
+
 def test_readyz_reports_each_route(settings: Settings) -> None:
     wrong = SignatureInfo(
         inputs={"xy": TensorInfo(DataType.DT_DOUBLE, (-1, 2))},
@@ -258,7 +295,10 @@ def test_readyz_reports_each_route(settings: Settings) -> None:
     )
     from examples.fraud.route import route as fraud
 
+    fitting = fake.models.pop("fraud")
+    fake.models["fraud"] = FakeModel({"serving_default": signature_info(fraud.signature)}, lambda r: {})
     with TestClient(create_app(settings, routes=[CIRCLE, fraud], open_client=fake.opener)) as c:
+        fake.models["fraud"] = fitting  # a version published after start-up that does not fit
         r = c.get("/readyz")
     assert r.status_code == 503
     body = r.json()
@@ -341,7 +381,9 @@ def test_an_upload_route_takes_its_field_limit_and_types(settings: Settings, fak
         assert ok.status_code == 200, ok.text
         assert ok.json()["id"] == "p.csv"
         big = c.post("/v1/circle/upload", files={"points": ("p.csv", b"1," + b"0" * 20, "text/csv")})
-        assert big.status_code == 413 and big.json()["detail"] == "points is larger than 10 bytes"
+        assert big.status_code == 413 and big.json()["detail"] == (
+            "points is larger than 10 bytes (raise the limit with MODELS__CIRCLE__MAX_BODY_BYTES)"
+        )
         other = c.post("/v1/circle/upload", files={"points": ("p.txt", b"1,2", "text/plain")})
         assert other.status_code == 422
         [error] = other.json()["detail"]

@@ -208,7 +208,8 @@ METADATA = {  # TF Serving's REST answer (the example fraud export's)
                         }
                     },
                     "outputs": {
-                        "fraud_score": {"dtype": "DT_HALF", "tensor_shape": {"unknown_rank": True}, "name": "out:0"}
+                        "fraud_score": {"dtype": "DT_COMPLEX64", "tensor_shape": {"unknown_rank": True},
+                                        "name": "out:0"}
                     },
                     "method_name": "tensorflow/serving/predict",
                 }

@@ -21,12 +21,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from serving.core.servable_handle import ServableHandle
 from serving.util.executor import BlockingExecutor
+
+if TYPE_CHECKING:
+    from serving.util.tracing import ServingTracing
 
 __all__ = ["DirectSession", "Session", "TensorRunner"]
 
@@ -76,6 +79,9 @@ class DirectSession:
     run that turns out longer raises the mean and goes back to the threads; the loop is held at
     most about ``inline_below_s`` per inline run. Every 64th run of an inlined key goes to the
     threads anyway, so a servable that became slower is noticed.
+
+    With ``tracing``, each run is a ``Session run`` span (:mod:`serving.util.tracing`), the
+    request's child: model, version and rows.
     """
 
     #: Weight of the newest run in the mean.
@@ -83,8 +89,11 @@ class DirectSession:
     #: Of the runs of an inlined key, one in this many is measured on the threads.
     RECHECK_EVERY = 64
 
-    def __init__(self, executor: BlockingExecutor, *, inline_below_s: float = 0.0) -> None:
+    def __init__(
+        self, executor: BlockingExecutor, *, inline_below_s: float = 0.0, tracing: ServingTracing | None = None
+    ) -> None:
         self._executor = executor
+        self._tracing = tracing
         self._inline_below_s = inline_below_s
         self._mean_s: dict[tuple[str, int, int], float] = {}
         self._inlined: dict[tuple[str, int, int], int] = {}
@@ -97,6 +106,24 @@ class DirectSession:
         timeout_ms: int | None,
     ) -> list[np.ndarray]:
         """See :meth:`Session.run_tensors`."""
+        if self._tracing is None:
+            return await self._run(handle, feeds, fetches, timeout_ms)
+        first = next(iter(feeds.values()), None)
+        attributes: dict[str, str | int | bool] = {
+            "tfserving.model_spec.name": handle.name,
+            "tfserving.model_spec.version": handle.version,
+            "tfserving.batch_size": int(first.shape[0]) if first is not None and first.ndim else 0,
+        }
+        with self._tracing.session_run(attributes):
+            return await self._run(handle, feeds, fetches, timeout_ms)
+
+    async def _run(
+        self,
+        handle: ServableHandle,
+        feeds: Mapping[str, np.ndarray],
+        fetches: Sequence[str],
+        timeout_ms: int | None,
+    ) -> list[np.ndarray]:
         servable: TensorRunner = handle.servable
         if self._inline_below_s <= 0:
             return await self._executor.run(servable.run_tensors, feeds, fetches, timeout_ms)

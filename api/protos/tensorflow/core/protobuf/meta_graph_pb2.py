@@ -27,7 +27,7 @@ from api.protos.tensorflow.core.framework import types_pb2 as tensorflow_dot_cor
 
 
 from api.protos import _pool
-DESCRIPTOR = _pool.POOL.AddSerializedFile(b'\n)tensorflow/core/protobuf/meta_graph.proto\x12\ntensorflow\x1a,tensorflow/core/framework/tensor_shape.proto\x1a%tensorflow/core/framework/types.proto\"\x81\x01\n\nTensorInfo\x12\x0e\n\x04name\x18\x01 \x01(\tH\x00\x12#\n\x05\x64type\x18\x02 \x01(\x0e\x32\x14.tensorflow.DataType\x12\x32\n\x0ctensor_shape\x18\x03 \x01(\x0b\x32\x1c.tensorflow.TensorShapeProtoB\n\n\x08\x65ncoding\"\xa0\x02\n\x0cSignatureDef\x12\x34\n\x06inputs\x18\x01 \x03(\x0b\x32$.tensorflow.SignatureDef.InputsEntry\x12\x36\n\x07outputs\x18\x02 \x03(\x0b\x32%.tensorflow.SignatureDef.OutputsEntry\x12\x13\n\x0bmethod_name\x18\x03 \x01(\t\x1a\x45\n\x0bInputsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12%\n\x05value\x18\x02 \x01(\x0b\x32\x16.tensorflow.TensorInfo:\x02\x38\x01\x1a\x46\n\x0cOutputsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12%\n\x05value\x18\x02 \x01(\x0b\x32\x16.tensorflow.TensorInfo:\x02\x38\x01\x62\x06proto3')
+DESCRIPTOR = _pool.POOL.AddSerializedFile(b'\n)tensorflow/core/protobuf/meta_graph.proto\x12\ntensorflow\x1a,tensorflow/core/framework/tensor_shape.proto\x1a%tensorflow/core/framework/types.proto\"\x81\x01\n\nTensorInfo\x12\x0e\n\x04name\x18\x01 \x01(\tH\x00\x12#\n\x05\x64type\x18\x02 \x01(\x0e\x32\x14.tensorflow.DataType\x12\x32\n\x0ctensor_shape\x18\x03 \x01(\x0b\x32\x1c.tensorflow.TensorShapeProtoB\n\n\x08\x65ncoding\"\xa0\x02\n\x0cSignatureDef\x12\x34\n\x06inputs\x18\x01 \x03(\x0b\x32$.tensorflow.SignatureDef.InputsEntry\x12\x36\n\x07outputs\x18\x02 \x03(\x0b\x32%.tensorflow.SignatureDef.OutputsEntry\x12\x13\n\x0bmethod_name\x18\x03 \x01(\t\x1a\x45\n\x0bInputsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12%\n\x05value\x18\x02 \x01(\x0b\x32\x16.tensorflow.TensorInfo:\x02\x38\x01\x1a\x46\n\x0cOutputsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12%\n\x05value\x18\x02 \x01(\x0b\x32\x16.tensorflow.TensorInfo:\x02\x38\x01\"\xfa\x01\n\x0cMetaGraphDef\x12;\n\rmeta_info_def\x18\x01 \x01(\x0b\x32$.tensorflow.MetaGraphDef.MetaInfoDef\x12\x41\n\rsignature_def\x18\x05 \x03(\x0b\x32*.tensorflow.MetaGraphDef.SignatureDefEntry\x1a\x1b\n\x0bMetaInfoDef\x12\x0c\n\x04tags\x18\x04 \x03(\t\x1aM\n\x11SignatureDefEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\'\n\x05value\x18\x02 \x01(\x0b\x32\x18.tensorflow.SignatureDef:\x02\x38\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,6 +38,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SIGNATUREDEF_INPUTSENTRY']._serialized_options = b'8\001'
   _globals['_SIGNATUREDEF_OUTPUTSENTRY']._loaded_options = None
   _globals['_SIGNATUREDEF_OUTPUTSENTRY']._serialized_options = b'8\001'
+  _globals['_METAGRAPHDEF_SIGNATUREDEFENTRY']._loaded_options = None
+  _globals['_METAGRAPHDEF_SIGNATUREDEFENTRY']._serialized_options = b'8\001'
   _globals['_TENSORINFO']._serialized_start=143
   _globals['_TENSORINFO']._serialized_end=272
   _globals['_SIGNATUREDEF']._serialized_start=275
@@ -46,4 +48,10 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SIGNATUREDEF_INPUTSENTRY']._serialized_end=491
   _globals['_SIGNATUREDEF_OUTPUTSENTRY']._serialized_start=493
   _globals['_SIGNATUREDEF_OUTPUTSENTRY']._serialized_end=563
+  _globals['_METAGRAPHDEF']._serialized_start=566
+  _globals['_METAGRAPHDEF']._serialized_end=816
+  _globals['_METAGRAPHDEF_METAINFODEF']._serialized_start=710
+  _globals['_METAGRAPHDEF_METAINFODEF']._serialized_end=737
+  _globals['_METAGRAPHDEF_SIGNATUREDEFENTRY']._serialized_start=739
+  _globals['_METAGRAPHDEF_SIGNATUREDEFENTRY']._serialized_end=816
 # @@protoc_insertion_point(module_scope)

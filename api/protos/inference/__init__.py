@@ -1,0 +1,1 @@
+"""Generated protobuf code; see api/protos/generate.py."""
