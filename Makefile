@@ -21,6 +21,7 @@
 # make bench-front-door - CPU per request of authentication and rate limits (process time, meaningful on a busy box)
 # make bench-serving - the serving tier alone: REST/gRPC, batching off/on, 1/2 cores (~6 min; h2load for
 #                      gRPC: apt-get install nghttp2-client, else a slower Python generator)
+# make rollout-demo - both tiers, fraud v1 and v2, open-loop load, canary 0 -> 10 -> 50 -> 100 -> 0 %: a table per step (~1 min)
 
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -33,7 +34,7 @@ MODELS_DIR ?= $(CURDIR)/models
 # The example routes (examples/), which run-server.sh (make run) serves by default too.
 EXAMPLE_ROUTES := examples.fraud.route:route,examples.digits.route:route
 
-.PHONY: install run test docs chaos compose-test model protos doctor import-graph bench bench-full bench-peers bench-hop bench-tracing bench-oip bench-serving bench-front-door clean
+.PHONY: install run test docs chaos compose-test model protos doctor import-graph bench bench-full bench-peers bench-hop bench-tracing bench-oip bench-serving bench-front-door rollout-demo clean
 
 install: $(STAMP)
 
@@ -100,6 +101,9 @@ bench-serving: $(STAMP)
 
 bench-front-door: $(STAMP)
 	$(PY) -m bench.front_door
+
+rollout-demo: $(STAMP)
+	$(PY) -m tools.rollout_demo
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache

@@ -20,6 +20,10 @@ layer: folder / module             what it holds
 3 ``routes/``                      the HTTP endpoints: ``health`` (``/healthz``, ``/readyz``),
                                    ``metrics`` (``/metrics``), ``model_endpoint`` (each model
                                    route's endpoint, built from its declaration)
+3 ``oip/``                         the Open Inference Protocol front (REST and gRPC), beside
+                                   ``routes`` and independent of them
+3b ``rollouts/``                   which of a route's models and versions a request calls:
+                                   stable, canary, shadow, pinning, the watched rollout file
 4 ``inference/``                   the call to a route's model: ``served_model`` (version
                                    pinning, shedding), ``tensors`` (one example <-> tensors),
                                    ``readiness`` (model, signature and tensors on serving)
@@ -39,8 +43,8 @@ layer: folder / module             what it holds
 10 ``protos/``                      TF Serving's protos, a wire-compatible subset (generated)
 =================================  ===========================================================
 
-Where what comes next goes: a rollout (one route, several served models) between ``routes``
-and ``inference``; overload admission beside ``request/admission/rules``; tracing in
+Where what comes next goes (the rollouts, one route and several served models, sit between
+``routes`` and ``inference``): overload admission beside ``request/admission/rules``; tracing in
 ``observability/``; another front (the Open Inference Protocol) in ``routes/``, calling
 ``inference`` (and, for gRPC, ``security.front_door`` from its interceptor).
 """

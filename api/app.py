@@ -17,12 +17,14 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import anyio
 from fastapi import FastAPI
 
-from api.config.enabled_routes import configure_routes, load_routes
+from api.config.enabled_routes import RouteConfigError, configure_routes, load_routes
+from api.config.rollouts import RolloutFileError, file_signature, read_rollout_file
 from api.config.serving_config import served_models
 from api.config.settings import Settings
 from api.inference.readiness import ModelsNotServed, require_models
@@ -38,6 +40,9 @@ from api.request.admission.rules import EXEMPT_PATHS, Limits
 from api.request.context import outgoing_headers
 from api.request.errors import install_error_handlers
 from api.request.middleware import RequestMiddleware
+from api.rollouts import RolloutWatcher, RouteRollout, ShadowMirror
+from api.rollouts.router import Role
+from api.rollouts.watcher import rollouts_in_force
 from api.routes import health, metrics
 from api.routes.model_endpoint import ModelEndpoint
 from api.security.front_door import FrontDoor
@@ -61,6 +66,21 @@ def _open_from_settings(
         return open_serving_client(config, metadata=outgoing_headers)
     metadata = tracing.with_trace_context(outgoing_headers)
     return open_serving_client(config, metadata=metadata, tracer=tracing.client)
+
+
+def _served_model(
+    client: ServingClient, settings: Settings, signature_name: str, model_name: str, role: Role
+) -> ServedModel:
+    """A route's `ServedModel` for one of its rollout's models (`role`: primary arms or shadow,
+    each with its own latency estimate)."""
+    return ServedModel(
+        client,
+        model_name=model_name,
+        signature_name=signature_name,
+        version_ttl_s=settings.model_version_ttl_s,
+        status_timeout_s=settings.serving_timeout_s,
+        shedding=settings.deadline_shedding,
+    )
 
 
 def create_app(
@@ -90,6 +110,18 @@ def create_app(
     # OIP calls any tensor of any served model: their answers are bounded by the setting alone.
     bound = None if oip.enabled else predict_response_bound((e.configured.signature for e in endpoints), rows)
     opener: ClientOpener = open_client or (lambda: _open_from_settings(settings, models, bound, observability.tracing))
+    # Each route's rollout (api.rollouts): its settings', overridden by the rollout file's, which
+    # is read here once so a bad file stops the app at build time, then watched by each worker.
+    route_names = [e.configured.route.name for e in endpoints]
+    from_settings = {
+        name: entry.rollout for name, entry in settings.models.items() if entry.rollout is not None
+    }
+    rollout_file = settings.rollouts.file
+    file_seen = file_signature(rollout_file) if rollout_file is not None else None
+    try:
+        from_file = read_rollout_file(rollout_file, route_names) if rollout_file and file_seen else {}
+    except RolloutFileError as exc:
+        raise RouteConfigError(f"ROLLOUTS__FILE: {exc}") from None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -111,23 +143,38 @@ def create_app(
             in_flight.claim()
             try:
                 async with observability.running(app):
+                    mirror = ShadowMirror(
+                        observability.metrics,
+                        app.state.events,
+                        max_queue=settings.rollouts.shadow_max_queue,
+                        concurrency=settings.rollouts.shadow_concurrency,
+                    )
+                    rollouts: dict[str, RouteRollout] = {}
+                    start_rollouts = rollouts_in_force(route_names, from_settings, from_file)
                     for endpoint in endpoints:
                         signature = endpoint.configured.signature
-                        served = ServedModel(
-                            client,
-                            model_name=signature.model_name,
-                            signature_name=signature.signature_name,
-                            version_ttl_s=settings.model_version_ttl_s,
-                            status_timeout_s=settings.serving_timeout_s,
-                            shedding=settings.deadline_shedding,
-                        )
+                        name = endpoint.configured.route.name
+                        served = partial(_served_model, client, settings, signature.signature_name)
+                        rollouts[name] = RouteRollout(name, signature, served, start_rollouts[name], mirror)
                         endpoint.bind(
-                            served,
+                            rollouts[name],
                             app.state.events,
                             cpu_limiter,
                             tracing=observability.tracing,
                             capture=app.state.payload_capture,
                         )
+                    watcher = (
+                        RolloutWatcher(
+                            rollout_file,
+                            rollouts,
+                            from_settings,
+                            observability.metrics,
+                            interval_s=settings.rollouts.poll_interval_s,
+                            seen=file_seen,
+                        )
+                        if rollout_file is not None
+                        else None
+                    )
                     serving_oip = (
                         oip.running(
                             app,
@@ -141,8 +188,17 @@ def create_app(
                         if oip.enabled
                         else nullcontext()
                     )
-                    async with serving_oip:
-                        yield
+                    mirror.start()
+                    if watcher is not None:
+                        await watcher.check()  # the file may have changed since the app was built
+                        watcher.start()
+                    try:
+                        async with serving_oip:
+                            yield
+                    finally:
+                        if watcher is not None:
+                            await watcher.aclose()
+                        await mirror.aclose()
             finally:
                 in_flight.release()
 

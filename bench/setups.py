@@ -278,7 +278,9 @@ def all_setups() -> list[Setup]:
     """Every setup in run order: tuned first (each workload's SLO is derived from it, and
     the targets compare with its SLO-RPS), ceiling, naive, the split and its variants, then
     the peers."""
-    return [TUNED, CEILING, NAIVE, *split_variants(api_settings_fields()), BENTOML, RAY_SERVE]
+    from bench.rollout_setups import ROLLOUT_SETUPS  # it imports Setup from here
+
+    return [TUNED, CEILING, NAIVE, *split_variants(api_settings_fields()), *ROLLOUT_SETUPS, BENTOML, RAY_SERVE]
 
 
 # --- running a setup -------------------------------------------------------------------

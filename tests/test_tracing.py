@@ -137,6 +137,7 @@ def test_one_trace_spans_both_tiers_parent_to_child(traced: Traced) -> None:
     assert request.attributes["http.response.status_code"] == 200
     assert request.attributes["tfserving.request_id"] == f"trace-{traced.protocol}"
     assert request.attributes["tfserving.model_spec.version"] == 1
+    assert request.attributes["tfserving.rollout.arm"] == "stable"  # no canary: every request is stable's
     for step in ("preprocess", "postprocess"):
         assert _one(spans, "tfserve-api", step).parent_span_id == request.span_id
     coalesced = _one(spans, "tfserve-api", "coalesced Predict")

@@ -24,6 +24,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from api.config.oip import OipSettings
 from api.config.payload_capture_settings import PayloadCaptureSettings
+from api.config.rollouts import Rollout, RolloutsSettings
 from api.config.security import AuthSettings, RateLimitSettings
 from api.serving_client import ClientConfig, CoalescingConfig
 
@@ -49,6 +50,12 @@ class ModelSettings(BaseModel):
         ge=1,
         description="Largest request body of the route (of the file, for an upload route), bytes; "
         "default: the route's, else MAX_BODY_BYTES.",
+    )
+    rollout: Rollout | None = Field(
+        default=None,
+        description="The route's rollout: stable, canary and shadow targets, weights, pinning "
+        "(MODELS__<ROUTE>__ROLLOUT__STABLE=1, ...__CANARY=2, ...__CANARY_WEIGHT=10; api.config.rollouts); "
+        "default: the route's model, latest version; the rollout file overrides it.",
     )
     capture_sample_rate: float | None = Field(
         default=None,
@@ -87,6 +94,10 @@ class Settings(BaseSettings):
         default_factory=dict,
         description="Per-model settings by route name, from `MODELS__<ROUTE>__<SETTING>` "
         "(e.g. MODELS__FRAUD__SIGNATURE_NAME, MODELS__FRAUD__THRESHOLD).",
+    )
+    rollouts: RolloutsSettings = Field(
+        default_factory=RolloutsSettings,
+        description="The rollout file and the shadow traffic's bounds (ROLLOUTS__FILE, ...; api.config.rollouts).",
     )
     # The Open Inference Protocol front (api.oip): OIP__MODELS, OIP__GRPC_PORT, ...
     oip: OipSettings = Field(
@@ -286,6 +297,7 @@ class Settings(BaseSettings):
             attempt_timeout_s=self.serving_attempt_timeout_s,
             resolve_interval_s=self.serving_resolve_interval_s,
             probe_model_names=tuple(probe_model_names),
+            versions_interval_s=self.model_version_ttl_s,
             coalescing=coalescing,
             rest_socket_path=self.serving_socket_path or None,
             max_response_bytes=min(max_response_bytes or self.serving_max_response_bytes,
@@ -295,8 +307,9 @@ class Settings(BaseSettings):
     model_version_ttl_s: float = Field(
         default=5.0,
         ge=0.0,
-        description="How long the latest AVAILABLE model version, read from model status, "
-        "is trusted before it is read again, seconds.",
+        description="How long each serving replica's AVAILABLE versions and labels, read from its "
+        "model status, are trusted before they are read again, seconds (at least 0.25); calls go only "
+        "to replicas that have the version they ask for.",
     )
 
     # The operational port (api.operational; gunicorn.conf.py starts it).

@@ -1,11 +1,13 @@
 """Whether each model route can be served: its model, version, signature and tensors on serving.
 
-A route is ready when serving reports a version of its model AVAILABLE and that version's
-SignatureDef (GetModelMetadata) has the signature the route calls, with every input and
+A route is ready when serving has the version it calls AVAILABLE (the latest, a number, or the
+version a label names) and that version's SignatureDef (GetModelMetadata, which resolves the
+version on a replica that has it) has the signature the route calls, with every input and
 output it declares, of the declared dtype and per-example shape, and no input the route
-does not send. `/readyz` reports this per route (`api.routes.health`); at start-up,
-`require_models` refuses an app whose routes call a model serving does not have at all, or
-whose AVAILABLE version's signature does not fit the route.
+does not send. `/readyz` reports this per route and per target of its rollout
+(`api.routes.health`, `api.rollouts`); at start-up, `require_models` refuses an app whose
+routes call a model serving does not have at all, or whose AVAILABLE version's signature does
+not fit the route.
 """
 
 from __future__ import annotations
@@ -60,34 +62,52 @@ class ModelReadiness:
 
 
 async def model_readiness(
-    client: ServingClient, route: str, signature: Signature, deadline: Deadline
+    client: ServingClient,
+    route: str,
+    signature: Signature,
+    deadline: Deadline,
+    *,
+    version: int | None = None,
+    label: str | None = None,
 ) -> ModelReadiness:
-    """Check one route against serving (model status, then that version's metadata).
+    """Check one route's model at `version`, or `label`'s version, or its latest (neither)
+    against serving: that version's metadata, and model status to say why when it has none.
 
     Never raises for a serving failure: it becomes the reason the route is not ready.
     """
 
-    def not_ready(problem: str, version: int | None = None) -> ModelReadiness:
-        return ModelReadiness(route, signature.model_name, signature.signature_name, version, (problem,))
+    def not_ready(problem: str, found: int | None = None) -> ModelReadiness:
+        return ModelReadiness(route, signature.model_name, signature.signature_name, found, (problem,))
 
     try:
-        status = await client.model_status(signature.model_name, deadline)
-    except ServingError as exc:
-        return not_ready(f"model status: {exc.message}")
-    version = status.latest_available()
-    if version is None:
-        states = ", ".join(f"{v.version}: {v.state}" for v in status.versions) or "none"
-        return not_ready(f"no version AVAILABLE ({states})")
-    try:
-        metadata = await client.model_metadata(signature.model_name, version, deadline)
+        metadata = await client.model_metadata(signature.model_name, version, deadline, label=label)
+    except ServingNotFound as exc:
+        return not_ready(await _not_available(client, signature.model_name, version, label, exc, deadline))
     except ServingError as exc:
         return not_ready(f"model metadata: {exc.message}", version)
+    version = metadata.version
     served = metadata.signatures.get(signature.signature_name)
     if served is None:
         known = ", ".join(sorted(metadata.signatures))
         return not_ready(f"version {version} has no signature '{signature.signature_name}' (it has: {known})", version)
     problems = signature_mismatches(signature, served)
     return ModelReadiness(route, signature.model_name, signature.signature_name, version, tuple(problems))
+
+
+async def _not_available(
+    client: ServingClient, model: str, version: int | None, label: str | None, exc: ServingNotFound, deadline: Deadline
+) -> str:
+    """Why `model` has no such version: the version states model status lists."""
+    try:
+        status = await client.model_status(model, deadline)
+    except ServingError as status_exc:
+        return f"model status: {status_exc.message}"
+    states = ", ".join(f"{v.version}: {v.state}" for v in status.versions) or "none"
+    if version is not None:
+        return f"version {version} is not AVAILABLE ({states})"
+    if label is not None:
+        return f"label '{label}' names no AVAILABLE version: {exc.message} ({states})"
+    return f"no version AVAILABLE ({states})"
 
 
 def signature_mismatches(declared: Signature, served: SignatureInfo) -> list[str]:

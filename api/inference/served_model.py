@@ -1,11 +1,14 @@
 """Models on the serving tier, as the API's model routes call them.
 
-`ServedModel` is one servable called through one signature: it pins each predict to the
-latest AVAILABLE version (read from model status and cached, because TF Serving's REST
-answer does not say which version ran) and returns serving's `PredictResponse` with that
-version. Every model route (`api.routes.model_endpoint`) calls its model through one. With
-`shedding` on, it refuses at once a request whose remaining budget is below the model's
-current median latency (`api.request.admission.shedding`).
+`ServedModel` is one servable called through one signature, at a version the caller names (a
+number, a version label, or none: the latest AVAILABLE), and returns serving's `PredictResponse`
+with the version that ran. Which replica has that version, and pinning the call to it, is the
+serving client's (`api.serving_client`: versions per replica), which names the version in every
+answer; for a client that does not (a bare transport, whose REST answer does not say), the latest
+AVAILABLE version read from model status and cached (`LatestVersion`) is reported. Every model
+route (`api.routes.model_endpoint`, through its rollout, `api.rollouts`) calls its models through
+these. With `shedding` on, it refuses at once a request whose remaining budget is below the
+model's current median latency (`api.request.admission.shedding`).
 """
 
 from __future__ import annotations
@@ -23,7 +26,6 @@ from api.serving_client import (
     PredictResponse,
     ServingBadResponse,
     ServingClient,
-    ServingNotFound,
     ServingTimeout,
     ServingUnavailable,
     Tensor,
@@ -31,7 +33,8 @@ from api.serving_client import (
 
 
 class LatestVersion:
-    """The latest AVAILABLE version of one model, read from serving's model status.
+    """The latest AVAILABLE version of one model, read from serving's model status: what an
+    answer that does not name its version is reported as.
 
     Cached for `ttl_s` seconds (monotonic clock). Concurrent refreshes share one status
     call, which runs under its own `status_timeout_s` budget, so a caller that gives up
@@ -95,7 +98,8 @@ class ServedModel:
         client: the worker's serving client.
         model_name: servable name (models.config `name`).
         signature_name: SignatureDef key.
-        version_ttl_s: how long the latest AVAILABLE version is trusted, seconds.
+        version_ttl_s: how long the latest AVAILABLE version is trusted, seconds (for a client
+            whose answers do not name their version).
         status_timeout_s: budget of one model-status call, seconds.
         shedding: refuse a request whose remaining budget is below the model's current
             median latency, without calling serving (`api.request.admission.shedding`).
@@ -117,16 +121,34 @@ class ServedModel:
         self.signature_name = signature_name
         self.client = client
         self.latest = LatestVersion(client, model_name, version_ttl_s, status_timeout_s=status_timeout_s)
-        # The spec predicts are pinned to: built once per version, not per call.
-        self._spec = ModelSpec(model_name, signature_name)
+        # One spec per version asked for, built once, not per call.
+        self._specs: dict[tuple[int | None, str | None], ModelSpec] = {}
+
+    def spec(self, version: int | None = None, label: str | None = None) -> ModelSpec:
+        """The `ModelSpec` of this model and signature at `version` or `label` (neither: latest).
+
+        Raises:
+            ValueError: both given.
+        """
+        key = (version, label)
+        spec = self._specs.get(key)
+        if spec is None:
+            spec = ModelSpec(self.model_name, self.signature_name, version, label)
+            if len(self._specs) < 64:  # pinned versions come from requests: keep the cache bounded
+                self._specs[key] = spec
+        return spec
 
     async def predict(
-        self, inputs: Mapping[str, Tensor], deadline: Deadline, *, outputs: Sequence[str] = ()
+        self,
+        inputs: Mapping[str, Tensor],
+        deadline: Deadline,
+        *,
+        outputs: Sequence[str] = (),
+        version: int | None = None,
+        label: str | None = None,
     ) -> PredictResponse:
-        """Run the signature on `inputs`, pinned to the latest AVAILABLE version.
-
-        When that version was unloaded in the meantime (NOT_FOUND), model status is read
-        again and the call repeated once.
+        """Run the signature on `inputs` at `version`, or the version `label` names, or the latest
+        AVAILABLE (neither given).
 
         Args:
             inputs: signature input name -> tensor (dtype set), batch first.
@@ -134,16 +156,18 @@ class ServedModel:
             outputs: output names the caller needs; each must be in the answer. A
                 single unnamed output (TF Serving's REST answer for a one-output
                 signature) is returned under the only name asked for.
+            version / label: TF Serving's `model_spec.version` / `model_spec.version_label`.
 
         Returns:
             The answer (`PredictResponse`, the serving client's, as for every call to serving):
             output name -> tensor, batch first; `model_version` always set, to the version
-            that ran (REST does not say which: the one the call was pinned to).
+            that ran.
 
         Raises:
             DeadlineExceeded: shedding is on and less of the budget is left than the
                 model's current median latency (serving is not called).
             ServingBadResponse: an asked-for output is missing.
+            ServingNotFound: no replica has that version (or label) AVAILABLE.
             ServingError subclasses from the client.
         """
         if self.shedding:
@@ -156,33 +180,25 @@ class ServedModel:
                     "calls): refused without calling serving"
                 )
         started = time.monotonic()
-        for attempt in (1, 2):
-            version = await self.latest.get(deadline)
-            spec = self._spec
-            if spec.version != version:
-                spec = self._spec = ModelSpec(self.model_name, self.signature_name, version)
-            request = PredictRequest(spec, inputs, tuple(outputs))
-            try:
-                response = await self.client.predict(request, deadline)
-            except ServingTimeout:
-                # Ran out of time: the model takes at least this long now. Counting it keeps
-                # the estimate honest when overload leaves few calls that succeed at all.
-                self.latency.record(time.monotonic() - started)
-                raise
-            except ServingNotFound:
-                # The pinned version went away (a newer one replaced it): re-read once.
-                self.latest.invalidate()
-                if attempt == 2:
-                    raise
-                continue
-            named = dict(response.outputs)
-            if len(outputs) == 1 and set(named) == {""}:
-                named = {outputs[0]: named[""]}
-            missing = [name for name in outputs if name not in named]
-            if missing:
-                raise ServingBadResponse(
-                    f"model '{self.model_name}' answered without output(s) {missing}; got {sorted(named)}"
-                )
+        spec = self.spec(version, label)
+        request = PredictRequest(spec, inputs, tuple(outputs))
+        try:
+            response = await self.client.predict(request, deadline)
+        except ServingTimeout:
+            # Ran out of time: the model takes at least this long now. Counting it keeps
+            # the estimate honest when overload leaves few calls that succeed at all.
             self.latency.record(time.monotonic() - started)
-            return PredictResponse(named, response.model_version if response.model_version is not None else version)
-        raise AssertionError("unreachable")
+            raise
+        named = dict(response.outputs)
+        if len(outputs) == 1 and set(named) == {""}:
+            named = {outputs[0]: named[""]}
+        missing = [name for name in outputs if name not in named]
+        if missing:
+            raise ServingBadResponse(
+                f"model '{self.model_name}' answered without output(s) {missing}; got {sorted(named)}"
+            )
+        self.latency.record(time.monotonic() - started)
+        ran = response.model_version
+        if ran is None:  # a client that does not say (see module doc)
+            ran = version if version is not None else await self.latest.get(deadline)
+        return PredictResponse(named, ran)

@@ -167,6 +167,10 @@ def _no_event_fields(request: Any, response: Any) -> Mapping[str, object]:
     return {}
 
 
+def _no_rollout_key(request: Any) -> str | None:
+    return None
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelRoute(Generic[RequestT, ResponseT, OptionsT]):
     """One model route: request in, features out, the served model, its answer back.
@@ -197,6 +201,9 @@ class ModelRoute(Generic[RequestT, ResponseT, OptionsT]):
             decoding an image; a thread hop costs about 0.15 ms.
         input_id: the request's own id for score events (e.g. a transaction id).
         event_fields: extra fields of the score event (request, response) -> fields.
+        rollout_key: what a request's rollout arm is a stable hash of (e.g. a user id, so one
+            user sees one version during a canary); None, or a function returning None: the
+            request id (`api.rollouts.assignment`).
         capture: the sampled copy of requests and responses for monitoring, and the fields
             redacted from it (`PayloadCapture`); by default none is captured.
         summary: one line for OpenAPI.
@@ -215,6 +222,7 @@ class ModelRoute(Generic[RequestT, ResponseT, OptionsT]):
     preprocess_in_thread: bool = False
     input_id: Callable[[RequestT], str | None] = _no_input_id
     event_fields: Callable[[RequestT, ResponseT], Mapping[str, object]] = _no_event_fields
+    rollout_key: Callable[[RequestT], str | None] = _no_rollout_key
     capture: PayloadCapture = PayloadCapture()
     summary: str = ""
 

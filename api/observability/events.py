@@ -31,7 +31,12 @@ An event line: the generic part, the same for every route, then the route's own 
 
     {"ts": "2026-11-29T14:03:00.123Z", "request_id": "…", "route": "fraud",
      "model_name": "fraud", "model_version": 1, "input_id": "t-0001",
-     "outputs": {"fraud_score": [0.93]}, "latency_ms": 3.4, "fields": {"is_fraud": true}}
+     "outputs": {"fraud_score": [0.93]}, "latency_ms": 3.4, "fields": {"is_fraud": true},
+     "arm": "stable"}
+
+A shadow call's event (`api.rollouts.shadow`) has `"arm": "shadow"`, the shadow's model, version
+and outputs, and `compared_with`: the primary's model, version and arm, and how the answers
+compared (`{"differences": {"fraud_score": 0.0012}, "agreements": {"is_fraud": true}}`).
 """
 
 from __future__ import annotations
@@ -91,6 +96,11 @@ class ScoreEvent:
         outputs: the model's outputs for the request: output alias -> value.
         latency_ms: time from the request's arrival to the answer, milliseconds.
         fields: the route's own fields (`ModelRoute.event_fields`).
+        arm: the rollout arm that answered (`stable`, `canary`, `pinned`), or `shadow` for a
+            shadow call's event (`api.rollouts`); None (written as null) outside a rollout.
+        compared_with: a shadow event's primary, `{"model_name", "model_version", "arm",
+            "differences", "agreements"}`: the version pair and how the answers compared;
+            None: not written.
     """
 
     ts: float
@@ -102,6 +112,8 @@ class ScoreEvent:
     outputs: Mapping[str, object]
     latency_ms: float
     fields: Mapping[str, object]
+    arm: str | None = None
+    compared_with: Mapping[str, object] | None = None
 
 
 def encode_jsonl(events: Sequence[ScoreEvent]) -> bytes:
@@ -118,7 +130,10 @@ def encode_jsonl(events: Sequence[ScoreEvent]) -> bytes:
             "outputs": event.outputs,
             "latency_ms": round(event.latency_ms, 3),
             "fields": event.fields,
+            "arm": event.arm,
         }
+        if event.compared_with is not None:
+            record["compared_with"] = event.compared_with
         lines.append(orjson.dumps(record, default=str))
     return b"\n".join(lines) + b"\n" if lines else b""
 

@@ -17,6 +17,13 @@ score events by `api.observability.events`.
 | `api_payload_capture_events_total` | counter | outcome | captured requests/responses: the same outcomes |
 | `api_connections_closed_total` | counter | reason | connections the server closed or refused (`ConnectionMetrics`) |
 | `api_queue_delay_seconds` | gauge | | per worker, the shortest wait of a request in the last second |
+| `api_rollout_request_duration_seconds` | histogram | route, arm, model, version, status | by rollout arm |
+| `api_shadow_requests_total` | counter | route, outcome | shadow calls: compared, failed, dropped_* |
+| `api_shadow_difference` | histogram | route, field, primary, shadow | a numeric answer field, shadow vs primary |
+| `api_shadow_agreements_total` | counter | route, field, primary, shadow, agree | a class-like field equal or not |
+| `api_rollout_reloads_total` | counter | outcome | rollout file changes: applied, invalid |
+
+The rollout and shadow rows are `RolloutMetrics`' (`api.rollouts`).
 
 `route` is the route's path template (`/v1/fraud/score`), never the raw path, so the
 label's cardinality is bounded; requests that match no route are `<unmatched>`.
@@ -150,6 +157,7 @@ class ApiMetrics:
             ("outcome",),
             registry=reg,
         )
+        self.rollouts = RolloutMetrics(reg)
         self.payload_capture_events = Counter(
             "api_payload_capture_events",
             "Captured request and response events (api.observability.payload_capture) by outcome: "
@@ -179,6 +187,55 @@ class ApiMetrics:
         merged = CollectorRegistry()
         multiprocess.MultiProcessCollector(merged, path=path)  # type: ignore[no-untyped-call]  # unannotated upstream
         return generate_latest(merged), CONTENT_TYPE_LATEST
+
+
+# Differences between a shadow's and the primary's answers: from float32 noise to a flip.
+DIFFERENCE_BUCKETS: Final = (1e-7, 1e-6, 1e-5, 1e-4, 0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0)
+
+
+class RolloutMetrics:
+    """The rollouts' metrics (`api.rollouts`), in the app's registry.
+
+    Labels are bounded by the deployment, never by clients: `arm` is stable, canary, pinned or
+    shadow; `model` and `version` are what served (a pinned version is one serving has AVAILABLE:
+    a request for one it does not have fails before anything is recorded under it); `primary`
+    and `shadow` are `model:version` pairs; `field` a response field of the route's schema.
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.request_duration = Histogram(
+            "api_rollout_request_duration_seconds",
+            "Model requests by rollout arm and the model version that answered, seconds (status 5xx: failed).",
+            ("route", "arm", "model", "version", "status"),
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.shadow_requests = Counter(
+            "api_shadow_requests",
+            "Shadow calls by outcome: compared, failed, dropped_queue_full, dropped_saturated, "
+            "dropped_deadline, dropped_shutdown.",
+            ("route", "outcome"),
+            registry=registry,
+        )
+        self.shadow_difference = Histogram(
+            "api_shadow_difference",
+            "Absolute difference of a numeric response field, shadow vs primary (the largest over a list).",
+            ("route", "field", "primary", "shadow"),
+            buckets=DIFFERENCE_BUCKETS,
+            registry=registry,
+        )
+        self.shadow_agreements = Counter(
+            "api_shadow_agreements",
+            "A class-like response field (bool, int, str) of the shadow equal to the primary's (agree=true) or not.",
+            ("route", "field", "primary", "shadow", "agree"),
+            registry=registry,
+        )
+        self.reloads = Counter(
+            "api_rollout_reloads",
+            "Rollout file changes seen by this worker: applied, or invalid (the previous rollouts stay).",
+            ("outcome",),
+            registry=registry,
+        )
 
 
 class ConnectionMetrics:

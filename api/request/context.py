@@ -59,6 +59,8 @@ class RequestContext:
         stages: stage name -> duration in seconds, in the order they were recorded.
             Recording a stage twice adds the durations (e.g. a retried serving call).
         model_name / model_version: the servable that answered, once a model did.
+        arm: the rollout arm the request was assigned (`stable`, `canary`, `pinned`;
+            `api.rollouts`), once it was.
         error_field: error answers also carry their detail as text under `error`, the Open
             Inference Protocol's error shape (`api.request.errors`); set by the middleware
             on the paths that speak it.
@@ -72,6 +74,7 @@ class RequestContext:
     stages: dict[str, float] = field(default_factory=dict)
     model_name: str | None = None
     model_version: int | None = None
+    arm: str | None = None
     error_field: bool = False
     credential_id: str | None = None
 
@@ -107,6 +110,12 @@ class RequestContext:
         """Name the servable that answered this request (`X-Model-Version`, access log)."""
         self.model_name = name
         self.model_version = version
+
+    def set_arm(self, arm: str, model_name: str) -> None:
+        """Name the rollout arm this request was assigned and the model it calls
+        (`X-Model-Arm`, `Server-Timing`, access log, the rollout metrics)."""
+        self.arm = arm
+        self.model_name = model_name
 
 
 def new_request_id() -> str:

@@ -24,11 +24,13 @@ memory stream per request), installed once, outermost among the app's own middle
    request id, and counts a serving failure by its canonical code;
 4. adds to the response headers `X-Request-ID`, `Server-Timing` (every recorded stage
    and `total`, milliseconds, https://www.w3.org/TR/server-timing/, e.g.
-   `validate;dur=0.120, features;dur=0.010, serving;dur=3.200, total;dur=3.500`), and
-   `X-Model-Version` when a model answered the request;
+   `validate;dur=0.120, features;dur=0.010, serving;dur=3.200, total;dur=3.500`, then
+   `arm;desc=canary` for a model request), `X-Model-Version` when a model answered the
+   request and `X-Model-Arm` once its rollout arm was chosen (`api.rollouts`);
 5. afterwards records `api_request_duration_seconds`, the stage histograms (with
-   `total`), `api_requests_in_flight` and `api_serving_errors_total`, and writes one
-   `api.access` log line;
+   `total`), `api_requests_in_flight`, `api_serving_errors_total` and, for a model request,
+   `api_rollout_request_duration_seconds` by arm and version, and writes one `api.access` log
+   line (with the arm);
 6. when tracing is on (`api.observability.tracing`), holds the request's SERVER span, current
    while the app runs, and writes its `trace_id` and `span_id` in the access log line.
 
@@ -113,10 +115,13 @@ def _template_in(routes: Iterable[Any], scope: Scope) -> str | None:
     return None
 
 
-def server_timing(stages: dict[str, float], total_s: float) -> str:
-    """`Server-Timing` header value: each stage then `total`, durations in milliseconds."""
+def server_timing(stages: dict[str, float], total_s: float, arm: str | None = None) -> str:
+    """`Server-Timing` header value: each stage then `total`, durations in milliseconds, then the
+    rollout arm (`arm;desc=<arm>`, a metric with a description only) when there is one."""
     parts = [f"{name};dur={seconds * 1000:.3f}" for name, seconds in stages.items()]
     parts.append(f"total;dur={total_s * 1000:.3f}")
+    if arm is not None:
+        parts.append(f"arm;desc={arm}")
     return ", ".join(parts)
 
 
@@ -202,7 +207,9 @@ class RequestMiddleware:
                 headers.append((_REQUEST_ID_HEADER, ctx.request_id.encode("ascii")))
                 if ctx.model_version is not None:
                     headers.append((b"x-model-version", str(ctx.model_version).encode("ascii")))
-                timing = server_timing(ctx.stages, time.monotonic() - started)
+                if ctx.arm is not None:
+                    headers.append((b"x-model-arm", ctx.arm.encode("ascii")))
+                timing = server_timing(ctx.stages, time.monotonic() - started, ctx.arm)
                 headers.append((b"server-timing", timing.encode("ascii")))
             await send(message)
 
@@ -336,6 +343,10 @@ class RequestMiddleware:
         metrics.child(metrics.stage_duration, route, "total").observe(total)
         if serving_error is not None:
             metrics.child(metrics.serving_errors, serving_error).inc()
+        if ctx.arm is not None:
+            version = str(ctx.model_version) if ctx.model_version is not None else ""
+            arms = metrics.rollouts.request_duration
+            metrics.child(arms, route, ctx.arm, ctx.model_name or "", version, str(status)).observe(total)
         trace_fields: dict[str, object] = {}
         if span is not None:
             trace_fields = self._end_span(span, ctx, status, route)
@@ -353,6 +364,7 @@ class RequestMiddleware:
                     "duration_ms": round(total * 1000, 3),
                     "model_name": ctx.model_name,
                     "model_version": ctx.model_version,
+                    "arm": ctx.arm,
                     "client": f"{client[0]}:{client[1]}" if client else None,
                     **trace_fields,
                     "credential": ctx.credential_id,
@@ -366,5 +378,7 @@ class RequestMiddleware:
         if ctx.model_name is not None and ctx.model_version is not None:
             extra["tfserving.model_spec.name"] = ctx.model_name
             extra["tfserving.model_spec.version"] = ctx.model_version
+        if ctx.arm is not None:
+            extra["tfserving.rollout.arm"] = ctx.arm  # stable, canary or pinned (api.rollouts)
         ids = self._tracing.end_server_span(span, status, route, extra)
         return {"trace_id": ids[0], "span_id": ids[1]} if ids is not None else {}

@@ -247,9 +247,11 @@ class CoalescingClient:
         """Passed through: status calls are not batched."""
         return await self._inner.model_status(model_name, deadline)
 
-    async def model_metadata(self, model_name: str, version: int | str, deadline: Deadline) -> ModelMetadata:
+    async def model_metadata(
+        self, model_name: str, version: int | str | None, deadline: Deadline, *, label: str | None = None
+    ) -> ModelMetadata:
         """Passed through: metadata calls are not batched."""
-        return await self._inner.model_metadata(model_name, version, deadline)
+        return await self._inner.model_metadata(model_name, version, deadline, label=label)
 
     async def aclose(self) -> None:
         """Send what is queued, wait for batches in flight, then close the inner client."""

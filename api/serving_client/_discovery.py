@@ -143,10 +143,12 @@ class _Member:
         finally:
             self._leave()
 
-    async def model_metadata(self, model_name: str, version: int | str, deadline: Deadline) -> ModelMetadata:
+    async def model_metadata(
+        self, model_name: str, version: int | str | None, deadline: Deadline, *, label: str | None = None
+    ) -> ModelMetadata:
         self._enter()
         try:
-            return await self.transport.model_metadata(model_name, version, deadline)
+            return await self.transport.model_metadata(model_name, version, deadline, label=label)
         finally:
             self._leave()
 
@@ -387,9 +389,11 @@ class DiscoveringClient:
         """Model status from one of the current replicas."""
         return await self._current().model_status(model_name, deadline)
 
-    async def model_metadata(self, model_name: str, version: int | str, deadline: Deadline) -> ModelMetadata:
+    async def model_metadata(
+        self, model_name: str, version: int | str | None, deadline: Deadline, *, label: str | None = None
+    ) -> ModelMetadata:
         """Model metadata from one of the current replicas."""
-        return await self._current().model_metadata(model_name, version, deadline)
+        return await self._current().model_metadata(model_name, version, deadline, label=label)
 
     async def aclose(self) -> None:
         """Stop discovery and close every replica's transport."""

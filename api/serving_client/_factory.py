@@ -33,6 +33,7 @@ from api.serving_client._http1 import Http1Client
 from api.serving_client._replicas import ReplicatedClient
 from api.serving_client._tracing import ClientTracer
 from api.serving_client._types import MetadataProvider, ServingClient, no_metadata
+from api.serving_client._versions import VersionTracker
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +74,11 @@ class ClientConfig:
         resolve_interval_s: how often replica host names are resolved again, seconds
             (`_discovery`).
         probe_model_names: a newly resolved replica gets calls once each of these models
-            has a version AVAILABLE there (none: at once).
+            has a version AVAILABLE there (none: at once); they are also the models whose
+            versions per replica are read from the start (`_versions`).
+        versions_interval_s: how often each replica's AVAILABLE versions and labels are read
+            again, seconds (`_versions.VersionTracker`); calls go only to replicas that have the
+            version they ask for.
         coalescing: merge concurrent predicts per model (`CoalescingClient`); None: off.
         rest_socket_path: serving's REST API on a Unix-domain socket of this host (REST
             only): calls go there, one replica, instead of to `rest_targets`.
@@ -95,6 +100,7 @@ class ClientConfig:
     attempt_timeout_s: float | None = 0.5
     resolve_interval_s: float = 2.0
     probe_model_names: Sequence[str] = ()
+    versions_interval_s: float = 5.0
     coalescing: CoalescingConfig | None = None
     rest_socket_path: str | None = None
     max_response_bytes: int | None = None
@@ -116,7 +122,8 @@ async def open_serving_client(
         a `DiscoveringClient`: the targets (`config.rest_targets` or
         `config.grpc_targets`) resolved to one transport per replica address and
         re-resolved every `config.resolve_interval_s` (`_discovery`), each call going
-        through a `ReplicatedClient` over the replicas of the moment; wrapped in a
+        through a `ReplicatedClient` over the replicas of the moment, to the ones that have
+        the version it asks for (`_versions`, read every `config.versions_interval_s`); wrapped in a
         `CoalescingClient` when `config.coalescing` is set. gRPC targets in gRPC's URI
         forms ("unix:...", "dns:///...") get one transport each, as given, and so does
         `config.rest_socket_path`.
@@ -170,12 +177,21 @@ async def open_serving_client(
             if isinstance(replica, RestTransport):  # always: make_replica's; its pool goes with it
                 await pools.close_pool(replica.target)
 
+    current: Callable[[], Sequence[ServingClient]]
+    versions = VersionTracker(
+        lambda: current(),
+        models=config.probe_model_names,
+        interval_s=config.versions_interval_s,
+        timeout_s=min(1.0, config.call_timeout_s),
+    )
+
     def replicated(replicas: Sequence[ServingClient]) -> ServingClient:
         return ReplicatedClient(
             replicas,
             max_attempts=config.max_attempts,
             eject_s=config.eject_s,
             attempt_timeout_s=config.attempt_timeout_s,
+            versions=versions,
             tracer=tracer,
         )
 
@@ -189,8 +205,13 @@ async def open_serving_client(
     client: ServingClient
     replicas: Callable[[], int]
     if static:
-        client = replicated([make_replica(target) for target in static])
+        fixed = [make_replica(target) for target in static]
+        client = replicated(fixed)
         replicas = partial(len, static)
+
+        def current() -> Sequence[ServingClient]:
+            return fixed
+
     else:
         replica_set = ReplicaSet(
             targets,
@@ -206,6 +227,9 @@ async def open_serving_client(
         def replicas() -> int:
             return len(replica_set.members)
 
+        def current() -> Sequence[ServingClient]:
+            return replica_set.members
+
     if config.coalescing is not None:
         client = CoalescingClient(
             client,
@@ -216,9 +240,11 @@ async def open_serving_client(
             tracer=tracer,
         )
     try:
+        await versions.start()
         yield client
     finally:
         try:
+            await versions.aclose()
             await client.aclose()
         finally:
             if http is not None:

@@ -140,13 +140,20 @@ class GrpcTransport:
         message.model_spec.name = model_name
         return model_status_from_proto(await self._call(self._status, message, deadline))
 
-    async def model_metadata(self, model_name: str, version: int | str, deadline: Deadline) -> ModelMetadata:
-        """`PredictionService.GetModelMetadata` of one version, "signature_def" field.
+    async def model_metadata(
+        self, model_name: str, version: int | str | None, deadline: Deadline, *, label: str | None = None
+    ) -> ModelMetadata:
+        """`PredictionService.GetModelMetadata`, "signature_def" field, of `version`, else of the
+        version `label` names (`model_spec.version_label`; a str `version` is a label too), else
+        of the latest.
 
         Raises:
             ServingError subclasses (see `api.serving_client`).
         """
-        answer = await self._call(self._metadata_call, model_metadata_request(model_name, version), deadline)
+        if isinstance(version, str):
+            version, label = None, version
+        message = model_metadata_request(model_name, version, label)
+        answer = await self._call(self._metadata_call, message, deadline)
         try:
             return model_metadata_from_proto(answer, version)
         except ServingError as exc:

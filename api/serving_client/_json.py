@@ -80,18 +80,21 @@ def _json_values(tensor: Tensor) -> object:
     return nest(encoded, tensor.shape)  # type: ignore[arg-type]  # nest only slices and lists its items
 
 
-def version_path(version: int | str) -> str:
-    """`versions/{v}` for a version number, `labels/{l}` (URL-path-escaped) for a version label."""
-    return f"versions/{version}" if isinstance(version, int) else f"labels/{quote(version, safe='')}"
+def model_path(name: str, version: int | None = None, label: str | None = None) -> str:
+    """`/v1/models/{name}[/versions/{v} | /labels/{l}]` (name and label URL-path-escaped, as
+    TF Serving's REST API URL-decodes both: http_rest_api_util.cc `ParseModelInfo`)."""
+    path = f"/v1/models/{quote(name, safe='')}"
+    if version is not None:
+        path += f"/versions/{version}"
+    elif label is not None:
+        path += f"/labels/{quote(label, safe='')}"
+    return path
 
 
 def predict_path(request: PredictRequest) -> str:
-    """`/v1/models/{name}[/versions/{v}]:predict` (names are URL-path-escaped)."""
+    """`/v1/models/{name}[/versions/{v} | /labels/{l}]:predict`."""
     spec = request.model_spec
-    path = f"/v1/models/{quote(spec.name, safe='')}"
-    if spec.version is not None:
-        path += f"/versions/{spec.version}"
-    return path + ":predict"
+    return model_path(spec.name, spec.version, spec.version_label) + ":predict"
 
 
 def predict_response(answer: Any, request: PredictRequest) -> PredictResponse:
@@ -178,18 +181,25 @@ def model_status(answer: Any) -> ModelStatus:
     return ModelStatus(tuple(versions))
 
 
-def model_metadata(answer: Any, version: int | str) -> ModelMetadata:
-    """Decode `GET /v1/models/{name}/versions/{v}/metadata` (TF Serving's JSON: the
-    SignatureDefMap in proto3 JSON with the proto's field names, under
-    `metadata.signature_def.signature_def`; the version described in `model_spec.version`,
-    read when `version` is a label).
+def model_metadata(answer: Any, version: int | None) -> ModelMetadata:
+    """Decode `GET /v1/models/{name}[/versions/{v} | /labels/{l}]/metadata` (TF Serving's JSON:
+    `model_spec` with the version serving resolved, and the SignatureDefMap in proto3 JSON with
+    the proto's field names, under `metadata.signature_def.signature_def`).
+
+    Args:
+        answer: the parsed body.
+        version: the version asked for, used when the answer's `model_spec` has none.
 
     Raises:
-        ServingBadResponse: not that message.
+        ServingBadResponse: not that message, or no version in it or in the request.
     """
     try:
-        if not isinstance(version, int):
-            version = int(answer["model_spec"]["version"])  # int64: a JSON string in proto3 JSON
+        spec = answer.get("model_spec") or {}
+        # int64 in proto3 JSON: a string (get_model_metadata_impl.cc sets it to the resolved version).
+        resolved = spec.get("version")
+        version = int(resolved) if resolved is not None else version
+        if version is None:
+            raise ValueError("no model_spec.version in the answer")
         signature_defs = answer["metadata"]["signature_def"]["signature_def"]
         signatures = {
             key: SignatureInfo(

@@ -24,20 +24,37 @@ A replica that could not be connected to at all (`ServingError.replica_down`), o
 whose attempt ran out of its `attempt_timeout_s`, is skipped for `eject_s` seconds
 (outlier ejection), so a dead or hung replica costs one failed attempt per `eject_s`
 instead of one per request; when all are ejected, the rotation goes on over all of them.
+
+Versions per replica: given a `VersionTracker` (`_versions`), a predict or a metadata call goes
+only to the replicas that have what its `model_spec` asks for AVAILABLE (a version, a label's
+version, or for neither their own latest), pinned to that version (`model_spec.version`), and
+its answer names that version. A replica that answers NOT_FOUND to it no longer has the version:
+the tracker forgets it there and the call is retried on another replica that has it
+(`VersionMissing`), within the same attempts and deadline. No replica has it: `ServingNotFound`
+at once, naming what each replica has, without calling serving.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
+from dataclasses import replace
 from typing import TypeVar
 
 import tenacity
 
 from api.serving_client._deadline import Deadline
-from api.serving_client._errors import ServingError, ServingTimeout, is_retryable
+from api.serving_client._errors import ServingError, ServingNotFound, ServingTimeout, is_retryable
 from api.serving_client._tracing import SERVICES, Attributes, ClientTracer, request_attributes
-from api.serving_client._types import ModelMetadata, ModelStatus, PredictRequest, PredictResponse, ServingClient
+from api.serving_client._types import (
+    ModelMetadata,
+    ModelSpec,
+    ModelStatus,
+    PredictRequest,
+    PredictResponse,
+    ServingClient,
+)
+from api.serving_client._versions import VersionTracker, pins
 
 T = TypeVar("T")
 
@@ -50,8 +67,14 @@ class AttemptTimeout(ServingTimeout):
     """
 
 
+class VersionMissing(ServingNotFound):
+    """A replica answered NOT_FOUND for the version a call was pinned to (it unloaded it since
+    it was read): retried on another replica that has it; if it is the last error of the call
+    it is answered as any `ServingNotFound`."""
+
+
 def _retryable(exc: BaseException) -> bool:
-    return is_retryable(exc) or isinstance(exc, AttemptTimeout)
+    return is_retryable(exc) or isinstance(exc, (AttemptTimeout, VersionMissing))
 
 
 class RoundRobin:
@@ -70,13 +93,18 @@ class RoundRobin:
         self._next = 0
         self._down_until = [float("-inf")] * size
 
-    def pick(self, now: float, tried: frozenset[int] | set[int] = frozenset()) -> int:
-        """The next replica in turn that is up and not in `tried`.
+    def pick(
+        self, now: float, tried: frozenset[int] | set[int] = frozenset(), allowed: Collection[int] | None = None
+    ) -> int:
+        """The next replica in turn that is up and not in `tried`, among `allowed` (default all).
 
         Falls back, in this order, to the next one up (tried or not), the next one not
-        tried (ejected or not), the next one at all: there is always an answer.
+        tried (ejected or not), the next one at all: there is always an answer (`allowed`,
+        when given, is not empty).
         """
         order = [(self._next + i) % self._size for i in range(self._size)]
+        if allowed is not None:
+            order = [r for r in order if r in allowed]
         up = [r for r in order if self._down_until[r] <= now]
         for candidates in (
             [r for r in up if r not in tried],
@@ -90,9 +118,10 @@ class RoundRobin:
                 return chosen
         raise AssertionError("unreachable")
 
-    def untried_up(self, now: float, tried: set[int]) -> bool:
-        """True when some replica is neither in `tried` nor ejected."""
-        return any(r not in tried and self._down_until[r] <= now for r in range(self._size))
+    def untried_up(self, now: float, tried: set[int], allowed: Collection[int] | None = None) -> bool:
+        """True when some replica (of `allowed`, default all) is neither in `tried` nor ejected."""
+        candidates = range(self._size) if allowed is None else allowed
+        return any(r not in tried and self._down_until[r] <= now for r in candidates)
 
     def mark_down(self, replica: int, now: float) -> None:
         """Skip `replica` until `now + eject_s`."""
@@ -116,6 +145,9 @@ class ReplicatedClient:
         backoff_initial_s / backoff_max_s: backoff once every replica was tried:
             exponential from `backoff_initial_s`, at most `backoff_max_s`, plus up to
             `backoff_initial_s` of jitter.
+        versions: each replica's AVAILABLE versions and labels: predicts and metadata calls
+            go only to replicas that have what they ask for (see module doc); None sends every
+            call anywhere, as asked.
         tracer: opens a span per attempt (`_tracing`), with its number and replica; None: none.
     """
 
@@ -128,11 +160,13 @@ class ReplicatedClient:
         attempt_timeout_s: float | None = None,
         backoff_initial_s: float = 0.01,
         backoff_max_s: float = 0.2,
+        versions: VersionTracker | None = None,
         tracer: ClientTracer | None = None,
     ) -> None:
         if max_attempts < 1:
             raise ValueError("max_attempts must be >= 1")
         self.replicas = tuple(replicas)
+        self._versions = versions
         self._rotation = RoundRobin(len(self.replicas), eject_s)
         self._max_attempts = max_attempts
         self._attempt_timeout_s = attempt_timeout_s
@@ -145,12 +179,31 @@ class ReplicatedClient:
         return f"ReplicatedClient({list(self.replicas)!r})"
 
     async def predict(self, request: PredictRequest, deadline: Deadline) -> PredictResponse:
-        """Predict on the next replica; UNAVAILABLE and attempt timeouts retried on another
-        (see module doc)."""
+        """Predict on the next replica (that has the version asked for, pinned to it);
+        UNAVAILABLE and attempt timeouts retried on another (see module doc).
+
+        Raises:
+            ServingNotFound: no replica has the version (or label, or any version) AVAILABLE.
+            ServingError subclasses from the replicas.
+        """
         attributes = request_attributes(request) if self._tracer is not None else None
-        return await self._call(
-            lambda replica, within: replica.predict(request, within), deadline, "Predict", attributes
-        )
+        versions = self._versions
+        if versions is None:
+            return await self._call(
+                lambda replica, within: replica.predict(request, within), deadline, "Predict", attributes
+            )
+        spec = request.model_spec
+
+        async def pinned(replica: ServingClient, within: Deadline) -> PredictResponse:
+            version = self._pin(versions, replica, spec)
+            call = replace(request, model_spec=ModelSpec(spec.name, spec.signature_name, version))
+            try:
+                response = await replica.predict(call, within)
+            except ServingNotFound as exc:
+                raise self._missing(versions, replica, spec, version, exc) from exc
+            return response if response.model_version is not None else replace(response, model_version=version)
+
+        return await self._call(pinned, deadline, "Predict", attributes, await self._serving(versions, spec, deadline))
 
     async def model_status(self, model_name: str, deadline: Deadline) -> ModelStatus:
         """Model status from the next replica; UNAVAILABLE and attempt timeouts retried on another."""
@@ -159,15 +212,77 @@ class ReplicatedClient:
             lambda replica, within: replica.model_status(model_name, within), deadline, "GetModelStatus", attributes
         )
 
-    async def model_metadata(self, model_name: str, version: int | str, deadline: Deadline) -> ModelMetadata:
-        """Model metadata from the next replica; UNAVAILABLE and attempt timeouts retried on another."""
-        attributes: Attributes = {"tfserving.model_spec.name": model_name, "tfserving.model_spec.version": version}
+    async def model_metadata(
+        self, model_name: str, version: int | str | None, deadline: Deadline, *, label: str | None = None
+    ) -> ModelMetadata:
+        """Model metadata from the next replica (that has the version asked for, as `predict`);
+        UNAVAILABLE and attempt timeouts retried on another. A str `version` is a label."""
+        if isinstance(version, str):
+            version, label = None, version
+        attributes: dict[str, int | str] = {"tfserving.model_spec.name": model_name}
+        if version is not None:
+            attributes["tfserving.model_spec.version"] = version
+        elif label is not None:
+            attributes["tfserving.model_spec.version_label"] = label
+        versions = self._versions
+        if versions is None:
+            asked = version
+            return await self._call(
+                lambda replica, within: replica.model_metadata(model_name, asked, within, label=label),
+                deadline,
+                "GetModelMetadata",
+                attributes,
+            )
+        spec = ModelSpec(model_name, version=version, version_label=label)
+
+        async def pinned(replica: ServingClient, within: Deadline) -> ModelMetadata:
+            resolved = self._pin(versions, replica, spec)
+            try:
+                return await replica.model_metadata(model_name, resolved, within)
+            except ServingNotFound as exc:
+                raise self._missing(versions, replica, spec, resolved, exc) from exc
+
         return await self._call(
-            lambda replica, within: replica.model_metadata(model_name, version, within),
-            deadline,
-            "GetModelMetadata",
-            attributes,
+            pinned, deadline, "GetModelMetadata", attributes, await self._serving(versions, spec, deadline)
         )
+
+    async def _serving(self, versions: VersionTracker, spec: ModelSpec, deadline: Deadline) -> frozenset[int]:
+        """The indices of the replicas that have what `spec` asks for (read now if unknown).
+
+        Raises:
+            ServingUnavailable (or the read's error): no replica could be read at all.
+            ServingNotFound: none has it.
+        """
+        found = pins(versions, self.replicas, spec)
+        if not found:
+            await versions.ensure(spec, deadline)
+            found = pins(versions, self.replicas, spec)
+        if not found:
+            error = versions.last_error()
+            if error is not None:
+                raise type(error)(error.message, error.code, target=error.target)
+            raise ServingNotFound(f"no serving replica has {spec.describe()} AVAILABLE ({versions.describe(spec)})")
+        return frozenset(found)
+
+    @staticmethod
+    def _pin(versions: VersionTracker, replica: ServingClient, spec: ModelSpec) -> int:
+        """The version `replica` runs for `spec` now; VersionMissing when it lost it since the
+        call chose it (a retry on a replica already tried)."""
+        version = versions.pin(replica, spec)
+        if version is None:
+            raise VersionMissing(f"{spec.describe()} is no longer AVAILABLE on this replica")
+        return version
+
+    @staticmethod
+    def _missing(
+        versions: VersionTracker, replica: ServingClient, spec: ModelSpec, version: int, exc: ServingNotFound
+    ) -> ServingNotFound:
+        """The error for a replica's NOT_FOUND to a call pinned to `version` (TF Serving's
+        "Servable not found for request: Specific(m, v)": that replica does not have it, whether
+        it unloaded the version or the model): the version is forgotten there and the call may
+        move on (`VersionMissing`). A missing signature is another code (FAILED_PRECONDITION)."""
+        versions.forget(replica, spec.name, version)
+        return VersionMissing(exc.message, exc.code, status_code=exc.status_code, target=exc.target)
 
     async def aclose(self) -> None:
         """Close every replica's transport."""
@@ -180,6 +295,7 @@ class ReplicatedClient:
         deadline: Deadline,
         method: str,
         attributes: Attributes | None = None,
+        allowed: frozenset[int] | None = None,
     ) -> T:
         tried: set[int] = set()
         trace = (method, attributes or {})
@@ -188,7 +304,7 @@ class ReplicatedClient:
         # transport, 34 us with it against 12 us without), paid on every successful call.
         # Only a retryable failure builds it.
         try:
-            return await self._attempt(fn, deadline, tried, 1, trace)
+            return await self._attempt(fn, deadline, tried, 1, trace, allowed)
         except ServingError as exc:
             if self._max_attempts == 1 or not _retryable(exc):
                 raise
@@ -197,7 +313,7 @@ class ReplicatedClient:
 
         def wait(state: tenacity.RetryCallState) -> float:
             # Another replica is worth trying at once; after a full round, back off.
-            if rotation.untried_up(time.monotonic(), tried):
+            if rotation.untried_up(time.monotonic(), tried, allowed):
                 return 0.0
             return self._backoff(state)
 
@@ -215,7 +331,7 @@ class ReplicatedClient:
                     # other attempt's would, whether and after which wait the next one runs.
                     error, first_error = first_error, None
                     raise error
-                return await self._attempt(fn, deadline, tried, attempt.retry_state.attempt_number, trace)
+                return await self._attempt(fn, deadline, tried, attempt.retry_state.attempt_number, trace, allowed)
         raise AssertionError("unreachable: tenacity re-raises the last error")
 
     async def _attempt(
@@ -225,18 +341,19 @@ class ReplicatedClient:
         tried: set[int],
         number: int,
         trace: tuple[str, Attributes],
+        allowed: frozenset[int] | None = None,
     ) -> T:
-        """Attempt `number` (1 = the first) on the next replica not in `tried` (which it joins);
-        `trace` is the method and attributes of its span when there is a tracer."""
+        """Attempt `number` (1 = the first) on the next replica of `allowed` not in `tried`
+        (which it joins); `trace` is the method and attributes of its span when there is a tracer."""
         rotation = self._rotation
         now = time.monotonic()
-        index = rotation.pick(now, tried)
+        index = rotation.pick(now, tried, allowed)
         tried.add(index)
         within = deadline
         if (
             self._attempt_timeout_s is not None
             and number < self._max_attempts
-            and rotation.untried_up(now, tried)
+            and rotation.untried_up(now, tried, allowed)
             and deadline.expires_at > now + self._attempt_timeout_s
         ):
             within = Deadline(now + self._attempt_timeout_s)  # another attempt may follow

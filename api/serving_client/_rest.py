@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 from typing import Any
-from urllib.parse import quote
 
 import api.serving_client._json as _json
 from api.serving_client._deadline import Deadline
@@ -121,7 +120,7 @@ class RestTransport:
         return f"RestTransport({self.target!r})"
 
     async def predict(self, request: PredictRequest, deadline: Deadline) -> PredictResponse:
-        """`POST /v1/models/{name}[/versions/{v}]:predict` (columnar JSON).
+        """`POST /v1/models/{name}[/versions/{v} | /labels/{l}]:predict` (columnar JSON).
 
         Raises:
             ServingError subclasses (see `api.serving_client`).
@@ -143,21 +142,26 @@ class RestTransport:
         Raises:
             ServingError subclasses (see `api.serving_client`).
         """
-        answer = await self._call("GET", f"/v1/models/{quote(model_name, safe='')}", deadline)
+        answer = await self._call("GET", _json.model_path(model_name), deadline)
         try:
             return _json.model_status(answer)
         except ServingError as exc:
             exc.target = self.target
             raise
 
-    async def model_metadata(self, model_name: str, version: int | str, deadline: Deadline) -> ModelMetadata:
-        """`GET /v1/models/{name}/versions/{v}/metadata` (`/labels/{l}/...` for a version
-        label): the version's SignatureDefs.
+    async def model_metadata(
+        self, model_name: str, version: int | str | None, deadline: Deadline, *, label: str | None = None
+    ) -> ModelMetadata:
+        """`GET /v1/models/{name}[/versions/{v} | /labels/{l}]/metadata`: the SignatureDefs of
+        `version`, else of the version `label` names (a str `version` is a label too), else of
+        the latest; the version serving resolved is in the answer's `model_spec`.
 
         Raises:
             ServingError subclasses (see `api.serving_client`).
         """
-        path = f"/v1/models/{quote(model_name, safe='')}/{_json.version_path(version)}/metadata"
+        if isinstance(version, str):
+            version, label = None, version
+        path = _json.model_path(model_name, version, label) + "/metadata"
         answer = await self._call("GET", path, deadline)
         try:
             return _json.model_metadata(answer, version)

@@ -243,6 +243,8 @@ def predict_request_to_proto(request: PredictRequest) -> predict_pb2.PredictRequ
     proto.model_spec.signature_name = spec.signature_name
     if spec.version is not None:
         proto.model_spec.version.value = spec.version
+    elif spec.version_label is not None:
+        proto.model_spec.version_label = spec.version_label
     for name, tensor in request.inputs.items():
         tensor_to_proto(tensor, proto.inputs[name])
     proto.output_filter.extend(request.output_filter)
@@ -273,32 +275,33 @@ def model_status_from_proto(proto: get_model_status_pb2.GetModelStatusResponse) 
     return ModelStatus(tuple(versions))
 
 
-def model_metadata_request(model_name: str, version: int | str) -> get_model_metadata_pb2.GetModelMetadataRequest:
-    """`GetModelMetadataRequest` for one version's "signature_def" field: a version number, or
-    a version label (a str) in `model_spec.version_label`."""
+def model_metadata_request(
+    model_name: str, version: int | None, label: str | None = None
+) -> get_model_metadata_pb2.GetModelMetadataRequest:
+    """`GetModelMetadataRequest` for the "signature_def" field of `version`, else of the version
+    `label` names, else of the latest."""
     message = get_model_metadata_pb2.GetModelMetadataRequest(metadata_field=["signature_def"])
     message.model_spec.name = model_name
-    if isinstance(version, int):
+    if version is not None:
         message.model_spec.version.value = version
-    else:
-        message.model_spec.version_label = version
+    elif label is not None:
+        message.model_spec.version_label = label
     return message
 
 
 def model_metadata_from_proto(
-    proto: get_model_metadata_pb2.GetModelMetadataResponse, version: int | str
+    proto: get_model_metadata_pb2.GetModelMetadataResponse, version: int | None
 ) -> ModelMetadata:
     """Decode `GetModelMetadataResponse`: its "signature_def" field, a packed `SignatureDefMap`;
-    for a version label, the version it named (`model_spec.version`, as serving answered).
+    the version from its `model_spec` (the one serving resolved), else `version`.
 
     Raises:
-        ServingBadResponse: the field is missing or does not unpack, or a label's answer names
-            no version.
+        ServingBadResponse: the field is missing or does not unpack, or no version is known.
     """
-    if not isinstance(version, int):
-        if not proto.model_spec.HasField("version"):
-            raise ServingBadResponse(f"serving's model metadata for label '{version}' names no version")
+    if proto.model_spec.HasField("version"):
         version = proto.model_spec.version.value
+    if version is None:
+        raise ServingBadResponse("serving's model metadata names no version (model_spec.version)")
     signature_defs = get_model_metadata_pb2.SignatureDefMap()
     if "signature_def" not in proto.metadata or not proto.metadata["signature_def"].Unpack(signature_defs):
         raise ServingBadResponse("serving's model metadata has no SignatureDefMap under 'signature_def'")

@@ -62,6 +62,8 @@ def request_attributes(request: PredictRequest) -> dict[str, AttributeValue]:
     }
     if spec.version is not None:
         attributes["tfserving.model_spec.version"] = spec.version
+    elif spec.version_label is not None:
+        attributes["tfserving.model_spec.version_label"] = spec.version_label
     first = next(iter(request.inputs.values()), None)
     if first is not None:
         attributes["tfserving.batch_size"] = first.batch_size

@@ -124,15 +124,39 @@ def nest(flat: Sequence[Scalar], shape: Sequence[int]) -> object:
 class ModelSpec:
     """Which servable to call (tensorflow_serving/apis/model.proto `ModelSpec`).
 
+    At most one of `version` and `version_label` (model.proto's `version_choice` oneof);
+    neither lets serving pick its latest AVAILABLE version.
+
     Attributes:
         name: servable name, e.g. "fraud".
         signature_name: SignatureDef key.
-        version: pin this version; None lets serving pick its latest.
+        version: pin this version (`model_spec.version`, REST `/versions/N`).
+        version_label: the version serving's config labels so (`model_spec.version_label`,
+            REST `/labels/L`; models.config `version_labels`).
+
+    Raises:
+        ValueError: both `version` and `version_label` are set.
     """
 
     name: str
     signature_name: str = "serving_default"
     version: int | None = None
+    version_label: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.version is not None and self.version_label is not None:
+            raise ValueError(
+                f"model '{self.name}': both a version ({self.version}) and a version label "
+                f"({self.version_label!r}) cannot be supplied"
+            )
+
+    def describe(self) -> str:
+        """`fraud version 2`, `fraud label 'stable'`, `fraud latest` (for messages)."""
+        if self.version is not None:
+            return f"{self.name} version {self.version}"
+        if self.version_label is not None:
+            return f"{self.name} label '{self.version_label}'"
+        return f"{self.name} latest"
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,7 +248,8 @@ class ModelMetadata:
     """GetModelMetadataResponse with its "signature_def" field (get_model_metadata.proto).
 
     Attributes:
-        version: the version described (the one a version label names, as serving answered).
+        version: the version described: the answer's `model_spec.version`, which serving
+            sets to the version it resolved (the latest AVAILABLE, or the one a label names).
         signatures: SignatureDef key -> signature.
     """
 
@@ -249,9 +274,12 @@ class ServingClient(Protocol):
         """Every version's state of `model_name` (TF Serving GetModelStatus)."""
         ...
 
-    async def model_metadata(self, model_name: str, version: int | str, deadline: Deadline) -> ModelMetadata:
+    async def model_metadata(
+        self, model_name: str, version: int | str | None, deadline: Deadline, *, label: str | None = None
+    ) -> ModelMetadata:
         """The SignatureDefs of one version (TF Serving GetModelMetadata, "signature_def"):
-        a version number, or a version label (a str), which serving resolves."""
+        `version`, else the version `label` names, else the latest AVAILABLE. A str `version`
+        is a version label (as `label=`), which serving resolves."""
         ...
 
     async def aclose(self) -> None:

@@ -80,8 +80,10 @@ class NoModelClient:
         """One version, AVAILABLE."""
         return ModelStatus((VersionStatus(NO_MODEL_VERSION, "AVAILABLE"),))
 
-    async def model_metadata(self, model_name: str, version: int, deadline: Deadline) -> ModelMetadata:
-        """The declared signature."""
+    async def model_metadata(
+        self, model_name: str, version: int | None, deadline: Deadline, *, label: str | None = None
+    ) -> ModelMetadata:
+        """The declared signature (whatever version or label is asked for)."""
         return self._metadata
 
     async def aclose(self) -> None:

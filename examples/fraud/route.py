@@ -59,6 +59,8 @@ route: ModelRoute[Transaction, FraudScore, FraudOptions] = ModelRoute(
     options=FraudOptions,
     input_id=lambda transaction: transaction.transaction_id,
     event_fields=lambda transaction, answer: {"is_fraud": answer.is_fraud},
+    # During a canary one card holder sees one model version.
+    rollout_key=lambda transaction: transaction.user_id,
     # Captured payloads (MODELS__FRAUD__CAPTURE_SAMPLE_RATE, PAYLOAD_CAPTURE__URL) never carry who paid.
     capture=PayloadCapture(redact=("user_id",)),
 )

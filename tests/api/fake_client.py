@@ -47,7 +47,8 @@ class FakeModel:
         signatures: SignatureDef key -> signature served.
         answer: request -> outputs; raise a ServingError to fail the call.
         versions: version -> state.
-        gone: versions answering NOT_FOUND to predict (unloaded since status was read).
+        gone: versions answering NOT_FOUND to predict (unloaded since status was read); a
+            predict for the latest version runs the latest not gone.
     """
 
     signatures: dict[str, SignatureInfo]
@@ -69,20 +70,40 @@ class FakeClient(ServingClient):
             raise ServingNotFound(f"Could not find any versions of model {name}")
         return model
 
+    def _version(self, name: str, version: int | None, label: str | None = None) -> int:
+        """The version serving would run (TF Serving's GetServableHandle): `version` when
+        AVAILABLE, else the latest AVAILABLE; NOT_FOUND otherwise. Labels are not modelled."""
+        model = self._model(name)
+        available = [v for v, state in model.versions.items() if state == "AVAILABLE" and v not in model.gone]
+        if label is not None:
+            raise ServingNotFound(f"fake serving has no version labels ({label})")
+        if version is None and available:
+            return max(available)
+        if version is not None and version in available:
+            return version
+        choice = f"Specific({name}, {version})" if version is not None else f"Latest({name})"
+        raise ServingNotFound(f"Servable not found for request: {choice}")
+
     async def predict(self, request: PredictRequest, deadline: Deadline) -> PredictResponse:
         self.predicts.append(request)
-        model = self._model(request.model_spec.name)
-        if request.model_spec.version in model.gone:
-            spec = request.model_spec
-            raise ServingNotFound(f"Servable not found for request: Specific({spec.name}, {spec.version})")
-        return PredictResponse(model.answer(request), request.model_spec.version)
+        spec = request.model_spec
+        version = self._version(spec.name, spec.version, spec.version_label)
+        return PredictResponse(self._model(spec.name).answer(request), version)
 
     async def model_status(self, model_name: str, deadline: Deadline) -> ModelStatus:
         model = self._model(model_name)
         return ModelStatus(tuple(VersionStatus(v, state) for v, state in sorted(model.versions.items())))
 
-    async def model_metadata(self, model_name: str, version: int, deadline: Deadline) -> ModelMetadata:
-        return ModelMetadata(version, self._model(model_name).signatures)
+    async def model_metadata(
+        self, model_name: str, version: int | None, deadline: Deadline, *, label: str | None = None
+    ) -> ModelMetadata:
+        model = self._model(model_name)
+        available = [v for v, state in model.versions.items() if state == "AVAILABLE"]
+        if version is None and label is None and available:
+            version = max(available)
+        if version is None or version not in available:
+            raise ServingNotFound(f"Servable not found for request: {version}")
+        return ModelMetadata(version, model.signatures)
 
     async def aclose(self) -> None:
         pass

@@ -179,7 +179,7 @@ def digits_model(answer: object, **kwargs: object) -> FakeModel:
     return FakeModel(served, answer, **kwargs)  # type: ignore[arg-type]
 
 
-def test_the_route_sends_the_grid_and_pins_the_latest_version(tmp_path: Path, png: bytes) -> None:
+def test_the_route_sends_the_grid_to_the_latest_version(tmp_path: Path, png: bytes) -> None:
     answer = {"probabilities": Tensor((1, 10), probs(7))}
     model = digits_model(lambda r: answer, versions={1: "AVAILABLE", 2: "AVAILABLE"})
     r, fake = classify_with(tmp_path, png, model)
@@ -188,7 +188,10 @@ def test_the_route_sends_the_grid_and_pins_the_latest_version(tmp_path: Path, pn
     assert r.headers["x-model-version"] == "2"
     [request] = fake.predicts
     spec = request.model_spec
-    assert (spec.name, spec.signature_name, spec.version) == ("digits", "serving_default", 2)
+    # The latest version is asked for; the serving client pins it per replica and names it.
+    assert (spec.name, spec.signature_name, spec.version, spec.version_label) == (
+        "digits", "serving_default", None, None
+    )  # fmt: skip
     image = request.inputs["image"]
     assert image.shape == (1, 8, 8, 1) and image.dtype == DataType.DT_FLOAT
     assert max(image.values) == 16.0  # the preprocessed grid: 0..16, the darkest cell 16
@@ -200,11 +203,13 @@ def test_a_single_unnamed_output_is_the_one_asked_for(tmp_path: Path, png: bytes
     assert r.status_code == 200 and r.json()["digit"] == 4
 
 
-def test_the_version_is_read_again_once_when_it_went_away(tmp_path: Path, png: bytes) -> None:
+def test_a_model_with_no_version_left_is_a_misconfiguration(tmp_path: Path, png: bytes) -> None:
+    # Retrying a version that went away on another replica is the serving client's
+    # (tests/api/test_replica_versions.py); what reaches the route is NOT_FOUND.
     model = digits_model(lambda r: {"probabilities": Tensor((1, 10), probs(1))}, versions={3: "AVAILABLE"}, gone={3})
     r, fake = classify_with(tmp_path, png, model)
     assert r.status_code == 503 and r.json()["code"] == "serving_misconfigured"
-    assert [p.model_spec.version for p in fake.predicts] == [3, 3]
+    assert [p.model_spec.version for p in fake.predicts] == [None]
 
 
 @pytest.mark.parametrize(

@@ -43,6 +43,7 @@ FIELDS = {
     "outputs",
     "latency_ms",
     "fields",
+    "arm",
 }
 
 

@@ -139,15 +139,17 @@ def test_two_workers_share_metrics_stay_small_and_stop_cleanly(
             "features",
             "serving",
             "total",
+            "arm",  # the rollout arm (`arm;desc=stable`), a metric with a description only
         ]
         # The kernel picks which worker accepts a connection; until both have scored
         # some requests, send more, each on a new connection (bounded).
         while min(scored_by_worker(prom_dir, workers).values()) == 0 and sent < MAX_REQUESTS:
             assert httpx.post(f"{base}/v1/fraud/score", json=bodies[sent], timeout=10.0).is_success
             sent += 1
+        # A worker records a request's metrics after its answer is sent: wait for the last ones.
+        wait_until(lambda: sum(scored_by_worker(prom_dir, workers).values()) == sent, 10, "every request recorded")
         per_worker = scored_by_worker(prom_dir, workers)
         assert min(per_worker.values()) > 0, per_worker
-        assert sum(per_worker.values()) == sent
 
         # Every scrape of the operational port sees every worker's requests; the public port
         # serves neither the metrics nor the docs.

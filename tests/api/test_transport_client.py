@@ -90,6 +90,9 @@ def test_predict_body_and_path() -> None:
     assert predict_path(REQUEST) == "/v1/models/fraud/versions/2:predict"
     latest = PredictRequest(ModelSpec("a/b c"), {})
     assert predict_path(latest) == "/v1/models/a%2Fb%20c:predict"
+    # TF Serving's REST label path; the label is URL-decoded by serving (ParseModelInfo).
+    labelled = PredictRequest(ModelSpec("fraud", version_label="v2.canary"), {})
+    assert predict_path(labelled) == "/v1/models/fraud/labels/v2.canary:predict"
 
 
 def test_tf_servings_non_finite_tokens_parse() -> None:
@@ -232,6 +235,21 @@ async def test_rest_model_metadata() -> None:
     assert signature.outputs["fraud_score"] == TensorInfo(DataType.DT_INVALID, None, "out:0")
     with pytest.raises(ServingBadResponse, match="metadata answer is malformed"):
         await rest(lambda r: answer(200, json={"metadata": {}})).model_metadata("fraud", 2, Deadline.after(5))
+
+
+async def test_rest_model_metadata_by_label_names_the_version_serving_resolved() -> None:
+    seen: list[Request] = []
+
+    def handler(request: Request) -> Response:
+        seen.append(request)
+        spec = {"name": "fraud", "signature_name": "", "version": "3"}  # int64: a JSON string
+        return answer(200, json={**METADATA, "model_spec": spec})
+
+    metadata = await rest(handler).model_metadata("fraud", None, Deadline.after(5), label="stable")
+    assert seen[0].url == "http://serving:8501/v1/models/fraud/labels/stable/metadata"
+    assert metadata.version == 3
+    await rest(handler).model_metadata("fraud", None, Deadline.after(5))
+    assert seen[1].url == "http://serving:8501/v1/models/fraud/metadata"
 
 
 @pytest.mark.parametrize(

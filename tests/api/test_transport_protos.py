@@ -201,6 +201,32 @@ def test_our_metadata_request_parses_as_the_official_one() -> None:
     )
     assert (parsed.model_spec.name, parsed.model_spec.version.value) == ("digits", 3)
     assert list(parsed.metadata_field) == ["signature_def"]
+    by_label = official_metadata_pb2.GetModelMetadataRequest.FromString(
+        model_metadata_request("digits", None, "canary").SerializeToString()
+    )
+    assert by_label.model_spec.WhichOneof("version_choice") == "version_label"
+    assert by_label.model_spec.version_label == "canary"
+    latest = official_metadata_pb2.GetModelMetadataRequest.FromString(
+        model_metadata_request("digits", None).SerializeToString()
+    )
+    assert latest.model_spec.WhichOneof("version_choice") is None
+
+
+def test_a_label_travels_as_the_official_version_label_and_metadata_names_the_resolved_version() -> None:
+    request = PredictRequest(ModelSpec("fraud", version_label="stable"), {"features": Tensor.from_rows(ROWS)})
+    parsed = official.PredictRequest.FromString(predict_request_to_proto(request).SerializeToString())
+    assert parsed.model_spec.WhichOneof("version_choice") == "version_label"
+    assert parsed.model_spec.version_label == "stable"
+    # GetModelMetadata by label: serving sets model_spec.version to the version it resolved
+    # (get_model_metadata_impl.cc), which the decoded metadata carries.
+    meta = official_metadata_pb2.GetModelMetadataResponse()
+    meta.model_spec.name = "fraud"
+    meta.model_spec.version.value = 5
+    meta.metadata["signature_def"].Pack(official_metadata_pb2.SignatureDefMap())
+    ours = our_metadata_pb2.GetModelMetadataResponse.FromString(meta.SerializeToString())
+    assert model_metadata_from_proto(ours, None).version == 5
+    with pytest.raises(ValueError, match="both a version"):
+        ModelSpec("fraud", version=1, version_label="stable")
 
 
 def test_grpc_method_paths_are_tf_servings() -> None:
