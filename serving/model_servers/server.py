@@ -206,7 +206,9 @@ def build(options: ServerOptions, config: ModelServerConfig) -> ModelServer:
         if metrics_path is not None:
             _log.info("Exporting Prometheus metrics at %s on the REST port", metrics_path)
         # Large JSON bodies are decoded in low-priority processes (http_rest_api_handler).
-        json_pool = json_processes(options.rest_api_num_json_processes)
+        json_pool = json_processes(
+            options.rest_api_num_json_processes, options.rest_api_json_process_timeout_in_ms
+        )
         app = create_app(
             MonitoredPredictor(predictor, metrics, entrypoint="REST"),
             manager,
