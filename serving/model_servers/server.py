@@ -308,7 +308,8 @@ def _loader(options: ServerOptions, metrics: ServingMetrics) -> Callable[[str], 
             warmup.load_with_warmup,
             loader,
             options=warmup.ModelWarmupOptions.from_flags(
-                options.num_request_iterations_for_warmup
+                options.num_request_iterations_for_warmup,
+                options.rest_api_timeout_in_ms if options.rest_api_port else 0,
             ),
             method_name_check=options.enable_signature_method_name_check,
             metrics=metrics,
