@@ -18,6 +18,7 @@
 # make bench-full - the same benchmark, full plan (every split variant, longer steps, finer search)
 # make compose-test - docker-compose.yml for real: build, up, score, scale serving to 3 under load, stop one,
 #                     down (Docker, else podman from Debian's packages; ~8 min on a fresh machine)
+# make bench-overload - goodput vs offered load (0.5x..4x of measured capacity): split, tuned, naive (~6 min)
 # make bench-front-door - CPU per request of authentication and rate limits (process time, meaningful on a busy box)
 # make bench-serving - the serving tier alone: REST/gRPC, batching off/on, 1/2 cores (~6 min; h2load for
 #                      gRPC: apt-get install nghttp2-client, else a slower Python generator)
@@ -34,7 +35,7 @@ MODELS_DIR ?= $(CURDIR)/models
 # The example routes (examples/), which run-server.sh (make run) serves by default too.
 EXAMPLE_ROUTES := examples.fraud.route:route,examples.digits.route:route
 
-.PHONY: install run test docs chaos compose-test model protos doctor import-graph bench bench-full bench-peers bench-hop bench-tracing bench-oip bench-serving bench-front-door rollout-demo clean
+.PHONY: install run test docs chaos compose-test model protos doctor import-graph bench bench-full bench-peers bench-hop bench-tracing bench-oip bench-serving bench-front-door bench-overload rollout-demo clean
 
 install: $(STAMP)
 
@@ -104,6 +105,9 @@ bench-front-door: $(STAMP)
 
 rollout-demo: $(STAMP)
 	$(PY) -m tools.rollout_demo
+
+bench-overload: $(STAMP)
+	$(PY) -m bench.overload
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache

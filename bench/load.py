@@ -75,6 +75,7 @@ class OpenLoopResult:
     load_cpu_cores: float  # the generator's CPU, in cores
     load_busy_cores: float  # the same without its non-blocking polls before an arrival
     notes: list[str] = field(default_factory=list)
+    statuses: dict[str, int] = field(default_factory=dict)  # the non-2xx answers by status code
 
 
 @dataclass(frozen=True)
@@ -141,6 +142,7 @@ def open_loop_result(raw: dict[str, Any]) -> OpenLoopResult:
         most_connections=raw["most_connections"],
         load_cpu_cores=raw["cpu_cores"],
         load_busy_cores=raw["busy_cores"],
+        statuses=raw.get("statuses", {}),
     )
 
 

@@ -120,6 +120,8 @@ class Generator:
         self.gen_lag_ms = array("d")  # send lag of requests that found a connection at once
         self.ok = 0
         self.errors = {"status": 0, "connect": 0, "read": 0, "timeout": 0}
+        self.statuses: dict[str, int] = {}  # the non-2xx answers by status code
+        self.slowest_ms = 0.0  # the latest answer of any status within the timeout
         self.sent = 0
         self.late = 0  # answered later than the SLO (early-stop bookkeeping)
         self.slo_s = float("inf")
@@ -257,13 +259,20 @@ class Generator:
         latency_ms = (now - conn.arrival) * 1e3
         if latency_ms > self.timeout_s * 1e3:
             self.errors["timeout"] += 1
-        elif 200 <= status < 300:
+            return self._done(conn, now, keep_alive)
+        self.slowest_ms = max(self.slowest_ms, latency_ms)
+        if 200 <= status < 300:
             self.ok += 1
             self.latencies_ms.append(latency_ms)
             if latency_ms > self.slo_s * 1e3:
                 self.late += 1
         else:
             self.errors["status"] += 1
+            self.statuses[str(status)] = self.statuses.get(str(status), 0) + 1
+        return self._done(conn, now, keep_alive)
+
+    def _done(self, conn: _Conn, now: float, keep_alive: bool) -> _Conn | None:
+        """`conn` after a complete answer: idle again, or closed when the server closes it."""
         conn.state = _IDLE
         conn.last_used = now
         if keep_alive:
@@ -400,6 +409,8 @@ class Generator:
             "ok": self.ok,
             "achieved_rps": self.ok / duration_s,
             "errors": dict(self.errors),
+            "statuses": dict(self.statuses),
+            "slowest_ms": self.slowest_ms,
             "unanswered": unanswered if stopped_early else 0,
             "late": late,
             "latency": _summary(self.latencies_ms),
@@ -504,7 +515,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     connect; read: connection closed or garbled; timeout: no answer within `--timeout`),
     `latency` (milliseconds from the arrival, 2xx answers only; after an early stop also
     the requests then unanswered, at their age then), `late` (of those, the ones over
-    `--slo-ms`), `generator_lag_p99_ms` (how late it
+    `--slo-ms`), `statuses` (the non-2xx answers by code), `slowest_ms` (the latest answer of
+    any status), `generator_lag_p99_ms` (how late it
     sent the requests that found a free connection), `stopped_early` (why, or ""),
     `cpu_cores` / `busy_cores` (the
     generator's CPU, with and without its non-blocking polls before an arrival).

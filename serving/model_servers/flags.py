@@ -160,6 +160,12 @@ class ServerOptions:
         "more, so that one client's large requests do not slow the others; while all are busy "
         "64 more such requests may wait, then 503. 0: on the request threads instead.",
     )
+    rest_api_json_process_timeout_in_ms: int = _flag(
+        10000,
+        "(ours) The longest a request waits for the JSON worker processes, queued and "
+        "running: at the lowest CPU priority they may get no CPU while normal-priority "
+        "processes keep every core busy; past it the request is answered 503. <= 0: no bound.",
+    )
     rest_api_max_body_bytes: int = _flag(
         DEFAULT_MAX_BODY_BYTES,
         "(ours) Largest HTTP/REST request body, in bytes; a larger one is answered 413 "

@@ -136,13 +136,19 @@ def create_app(
     return tracing.asgi(limited) if tracing is not None else limited
 
 
-def json_processes(count: int) -> ProcessExecutor | None:
+def json_processes(count: int, timeout_ms: int = 0) -> ProcessExecutor | None:
     """The REST codec's worker processes (``--rest_api_num_json_processes``; ``None`` for 0),
-    not started yet: :class:`RestServer` starts and stops them."""
+    each request's time with them bounded by ``timeout_ms``
+    (``--rest_api_json_process_timeout_in_ms``; <= 0: no bound), not started yet:
+    :class:`RestServer` starts and stops them."""
     if count <= 0:
         return None
     return ProcessExecutor(
-        count, max_queued=JSON_QUEUE, name="REST JSON processes", preload=_JSON_MODULES
+        count,
+        max_queued=JSON_QUEUE,
+        name="REST JSON processes",
+        preload=_JSON_MODULES,
+        timeout_s=timeout_ms / 1000 if timeout_ms > 0 else None,
     )
 
 

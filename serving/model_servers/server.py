@@ -206,7 +206,9 @@ def build(options: ServerOptions, config: ModelServerConfig) -> ModelServer:
         if metrics_path is not None:
             _log.info("Exporting Prometheus metrics at %s on the REST port", metrics_path)
         # Large JSON bodies are decoded in low-priority processes (http_rest_api_handler).
-        json_pool = json_processes(options.rest_api_num_json_processes)
+        json_pool = json_processes(
+            options.rest_api_num_json_processes, options.rest_api_json_process_timeout_in_ms
+        )
         app = create_app(
             MonitoredPredictor(predictor, metrics, entrypoint="REST"),
             manager,
@@ -306,7 +308,8 @@ def _loader(options: ServerOptions, metrics: ServingMetrics) -> Callable[[str], 
             warmup.load_with_warmup,
             loader,
             options=warmup.ModelWarmupOptions.from_flags(
-                options.num_request_iterations_for_warmup
+                options.num_request_iterations_for_warmup,
+                options.rest_api_timeout_in_ms if options.rest_api_port else 0,
             ),
             method_name_check=options.enable_signature_method_name_check,
             metrics=metrics,

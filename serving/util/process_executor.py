@@ -14,8 +14,11 @@ runs here, in other processes, and the server process keeps the GIL for everyone
 Why low priority. Each worker lowers its own CPU priority at start (``SCHED_IDLE``, else nice
 19): when the server process and a worker both want a core, the kernel runs the server process
 first, so on one core too a large body is decoded in the time the others leave free, not in
-theirs. The large requests pay for it: on a busy core they wait (never for ever: an idle-policy
-process still gets a small share).
+theirs. The large requests pay for it: on a busy core they wait. While normal-priority processes
+keep every core busy, an idle-policy process may get almost no CPU for as long as that lasts, so
+the wait has a bound (``timeout_s``, ``--rest_api_json_process_timeout_in_ms``): a job not answered
+within it -- waiting for a worker plus running on one -- is refused ``UNAVAILABLE`` (503), and the
+worker it ran on is replaced (its answer would be out of step).
 
 How. Each worker is ``python -m serving.util.process_executor``, started with ``exec`` (never a
 bare ``fork`` of a process that runs TensorFlow), importing only what its jobs need (numpy, orjson,
@@ -27,7 +30,8 @@ import; its exceptions come back as they were raised (:class:`~serving.util.erro
 with its code and message).
 
 Bounds and failures. At most ``processes`` jobs run at once and ``max_queued`` wait; one more is
-refused with ``UNAVAILABLE`` at once. A worker that dies (killed, out of memory) fails only the job
+refused with ``UNAVAILABLE`` at once; a job takes at most ``timeout_s`` in all, then ``UNAVAILABLE``.
+A worker that dies (killed, out of memory) fails only the job
 it was running, with ``UNAVAILABLE``, and is replaced; nothing waits on a dead worker. A cancelled
 job's worker is killed and replaced (its answer would be out of step). Workers ignore SIGINT and
 SIGTERM -- the server's shutdown must not lose the large requests in flight -- and exit when their
@@ -143,8 +147,9 @@ class ProcessExecutor:
     ``processes`` workers (>= 1) each run one job at a time; ``max_queued`` jobs may wait for one.
     ``preload`` names modules each worker imports as it starts (so the first job does not pay for
     them); ``low_priority`` puts each worker at the lowest CPU priority (``SCHED_IDLE``, nice
-    19). ``name`` is for logs and messages. Call :meth:`start` on the running loop before
-    :meth:`run`, and :meth:`close` at the end.
+    19). ``timeout_s`` bounds each job's whole time here, waiting for a worker and running on
+    one, seconds (``None``: no bound). ``name`` is for logs and messages. Call :meth:`start` on
+    the running loop before :meth:`run`, and :meth:`close` at the end.
     """
 
     def __init__(
@@ -155,9 +160,13 @@ class ProcessExecutor:
         name: str,
         preload: Sequence[str] = (),
         low_priority: bool = True,
+        timeout_s: float | None = None,
     ) -> None:
         if processes < 1:
             raise ValueError(f"processes must be >= 1, got {processes}")
+        if timeout_s is not None and timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0 or None, got {timeout_s}")
+        self.timeout_s = timeout_s
         self.processes = processes
         self.name = name
         self._max_queued = max_queued
@@ -186,8 +195,9 @@ class ProcessExecutor:
 
         ``fn`` is a module-level function the workers can import; ``args`` and the result are
         pickled (numpy arrays without a copy into the pickle). Raises :class:`ServingError`
-        ``UNAVAILABLE`` when ``max_queued`` jobs already wait, when the pool is closed, or when
-        the worker died during the job; ``INTERNAL`` when the worker cannot unpickle the job
+        ``UNAVAILABLE`` when ``max_queued`` jobs already wait, when the pool is closed, when the
+        job is not answered within ``timeout_s`` (its worker, if it had one, is replaced), or
+        when the worker died during the job; ``INTERNAL`` when the worker cannot unpickle the job
         (``fn`` not importable there); :mod:`pickle`'s errors for what does not pickle.
         """
         if self._closed or self._idle is None:
@@ -200,6 +210,19 @@ class ProcessExecutor:
             )
         # Pickled before a worker is taken: what does not pickle fails here, costing no worker.
         job = _job_frame(fn, args)
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                return await self._run_job(job)  # type: ignore[no-any-return]  # the job's value
+        except TimeoutError:
+            bound_ms = (self.timeout_s or 0.0) * 1000
+            raise ServingError(
+                Code.UNAVAILABLE,
+                f"{self.name}: no answer within {bound_ms:.0f} ms (the worker "
+                "processes run at the lowest CPU priority and every core is busy); retry later",
+            ) from None
+
+    async def _run_job(self, job: list[bytes | memoryview]) -> Any:
+        """``job`` on an idle worker, once one is free; its value, or its exception raised."""
         worker = await self._take()
         try:
             ok, value = await worker.call(job)
@@ -218,7 +241,7 @@ class ProcessExecutor:
             raise
         self._release(worker)
         if ok:
-            return value  # type: ignore[no-any-return]
+            return value
         raise value
 
     async def _take(self) -> _Worker:

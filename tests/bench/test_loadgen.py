@@ -126,6 +126,17 @@ def test_non_2xx_answers_are_status_errors(pool: Path) -> None:
     assert run.latency is None
 
 
+def test_non_2xx_answers_are_counted_by_code_with_the_slowest_answer(pool: Path) -> None:
+    from bench import loadgen
+
+    with tiny_server(status=503, delay_s=0.05) as failing:
+        url = f"http://127.0.0.1:{failing.port}/score"
+        args = ["--open", f"--url={url}", f"--pool={pool}", "--rate=40", "--duration=0.5", "--timeout=5"]
+        result = loadgen.run(loadgen.parser().parse_args(args))
+    assert result["statuses"] == {"503": result["planned"]} and result["planned"] > 0
+    assert 50 <= result["slowest_ms"] < 5000
+
+
 def test_answers_later_than_the_timeout_are_errors(pool: Path) -> None:
     with tiny_server(delay_s=1.0) as stuck:
         run = run_open_loop(stuck.load(pool, timeout_s=0.3), rate_rps=20, duration_s=0.5, seed=1)

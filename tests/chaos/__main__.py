@@ -1,6 +1,6 @@
 """`make chaos`: the API under faults and hostile clients, as real processes on loopback.
 
-    python -m tests.chaos                 # every fault, about 3 minutes on 2 cores
+    python -m tests.chaos                 # every fault, about 4 minutes on 2 cores
     python -m tests.chaos --only hung-replica,killed-replica --rate 80
 
 Each fault runs under an open-loop load of fraud scores (`tests.chaos.load`: `--rate`
@@ -50,6 +50,7 @@ def main() -> int:
     parser.add_argument("--only", default="", help=f"comma-separated faults: {', '.join(FAULTS)}")
     parser.add_argument("--rate", type=float, default=100.0, help="requests per second of the load")
     parser.add_argument("--seconds", type=float, default=8.0, help="load duration per fault")
+    parser.add_argument("--overload-seconds", type=float, default=60.0, help="the 3x overload's burst")
     args = parser.parse_args()
     only = [f for f in args.only.split(",") if f]
     unknown = set(only) - set(FAULTS)
@@ -59,7 +60,7 @@ def main() -> int:
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # the load and attack sockets
     started = time.monotonic()
     print(f"chaos: CPU {cpu_model()}, {len(__import__('os').sched_getaffinity(0))} CPUs", flush=True)
-    outcomes = run_faults(only or list(FAULTS), rate=args.rate, seconds=args.seconds)
+    outcomes = run_faults(only or list(FAULTS), rate=args.rate, seconds=args.seconds, overload_s=args.overload_seconds)
     print()
     print(table(outcomes))
     for o in outcomes:

@@ -1,6 +1,6 @@
 """The faults of the chaos run, the processes they hit, and what each must leave standing.
 
-Three stacks, all on 127.0.0.1 with free ports:
+Four stacks, all on 127.0.0.1 with free ports:
 
 - **replicas**: three fake serving replicas (`tests.api.fake_serving`: TF Serving's REST API,
   a cheap model) and the API under gunicorn (`gunicorn.conf.py`, two workers) started under
@@ -13,6 +13,11 @@ Three stacks, all on 127.0.0.1 with free ports:
   worker RSS back within 20 MB), `hung-replica` (one replica SIGSTOPped for most of the run), `killed-replica`
   (one SIGKILLed), `killed-worker` (one gunicorn worker SIGKILLed: its in-flight requests
   lost, the rest served, a worker respawned), `sigterm` (the gunicorn master, mid-load).
+- **overload-3x**: one fake replica of a known capacity (2 predicts at once, 50 ms each) and
+  the API under gunicorn: capacity measured in a closed loop, then three times that offered
+  open-loop for `--overload-seconds` (60 s) by `bench.loadgen`: goodput (200s within budget)
+  >= 90 % of capacity, every answer within budget + 100 ms, none unanswered, and normal
+  latency from 2 s after the burst.
 - **events-disk-full**: the API with `EVENTS_JSONL_PATH` on a file system that fills during
   the run: a 1 MiB tmpfs when this process may mount one (root), else a 4 MiB file-size
   limit (RLIMIT_FSIZE) on the API's processes; either way the file is first filled to 48 KiB
@@ -44,6 +49,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -78,6 +84,7 @@ FAULTS = (
     "killed-replica",
     "killed-worker",
     "sigterm",
+    "overload-3x",
     "events-disk-full",
     "one-container",
 )
@@ -370,6 +377,109 @@ def kill(fake: FakeServing, notes: list[str]) -> Callable[[], None]:
     return run
 
 
+# --- 3x overload -----------------------------------------------------------------------------
+
+# The bottleneck is serving, held to a known capacity: one fake replica running 2 predicts at
+# once, 50 ms each (about 40 per second), coalescing off so each score is one predict. The
+# load is the benchmark's generator (`bench.loadgen`, its own process, ~25 us of CPU a
+# request): httpx in this process, at ~2 ms a request, fell behind its own timetable at a few
+# hundred per second on 2 busy cores and its queue showed up as 30 s "latencies". The
+# in-flight limit follows Little's law: 12 per worker, 24 in all, wait at most 24 / 40 = 0.6 s
+# at the replica, inside the 1 s budget; past it a request is answered 503 at once.
+OVERLOAD_SERVICE_MS = 50
+OVERLOAD_SLOTS = 2
+OVERLOAD_IN_FLIGHT = 12
+OVERLOAD_FACTOR = 3.0
+PROBE_CONNECTIONS = 8  # above the replica's 2 slots, below the 24 in flight
+PROBE_S = 4.0
+ANSWER_SLACK_S = 0.1  # every answer within budget + this
+SETTLE_S = 2.0  # normal latency again this long after the burst
+AFTER_S = 4.0
+
+
+def loadgen(url: str, pool: Path, *args: str, seconds: float) -> dict[str, Any]:
+    """`python -m bench.loadgen` against `url` with `args`; its JSON result."""
+    done = run_to_exit([sys.executable, "-m", "bench.loadgen", f"--url={url}", f"--pool={pool}", *args,
+                        f"--duration={seconds}"], timeout_s=seconds + 60)  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"bench.loadgen failed: {done.stderr.strip()[-500:]}")
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def overload(tmp: Path, seconds: float) -> Outcome:
+    """Measure capacity in a closed loop, offer 3x that open-loop for `seconds`, then half of
+    it from 2 s after the burst: goodput >= 90 % of capacity, every request answered within
+    budget + 100 ms, none unanswered, normal latency after."""
+    fake = launch_fake(tmp, "overload-serving", None, 0, f"--service-ms={OVERLOAD_SERVICE_MS}",
+                       f"--slots={OVERLOAD_SLOTS}")  # fmt: skip
+    api: Gunicorn | None = None
+    try:
+        wait_ready(fake)
+        api = Gunicorn(tmp, "api-overload", fake.url, ["--nofile=1024:1024"], COALESCING_ENABLED="false",
+                       MAX_IN_FLIGHT_REQUESTS=str(OVERLOAD_IN_FLIGHT))  # fmt: skip
+        url = api.url + "/v1/fraud/score"
+        pool = tmp / "overload-bodies.jsonl"
+        pool.write_text("".join(json.dumps(body) + "\n" for body in transactions(512, seed=37)))
+        probe = loadgen(url, pool, "--closed", f"--connections={PROBE_CONNECTIONS}", seconds=PROBE_S)
+        capacity = probe["achieved_rps"]
+        baseline_ms = (probe["latency"] or {}).get("p50_ms", 0.0)
+        offered = OVERLOAD_FACTOR * capacity
+        print(f"chaos: overload-3x: capacity {capacity:.0f}/s, offering {offered:.0f}/s for {seconds:.0f} s",
+              flush=True)  # fmt: skip
+        budget_ms = BUDGET_S * 1000
+        watch = WorkerWatch(api.proc.popen.pid)
+        after: dict[str, Any] = {}
+
+        def after_burst() -> None:
+            time.sleep(seconds + SETTLE_S)
+            after.update(loadgen(url, pool, "--open", f"--rate={capacity / 2}", f"--slo-ms={budget_ms}",
+                                 "--timeout=5", "--seed=2", seconds=AFTER_S))  # fmt: skip
+
+        later = threading.Thread(target=after_burst, daemon=True)
+        later.start()
+        burst = loadgen(url, pool, "--open", f"--rate={offered}", f"--slo-ms={budget_ms}", "--timeout=5",
+                        "--max-connections=512", seconds=seconds)  # fmt: skip
+        later.join(SETTLE_S + AFTER_S + 60)
+        errors, statuses = burst["errors"], burst["statuses"]
+        within = burst["ok"] - burst["late"]
+        unanswered = errors["connect"] + errors["read"] + errors["timeout"]
+        result = LoadResult(sent=burst["planned"])
+        result.outcomes.update({"ok": within, "late": burst["late"], "lost": unanswered, **statuses})
+        outcome = Outcome("overload-3x", result, restarted=watch.stop())
+        goodput = within / seconds / max(capacity, 1e-9)
+        other = sum(n for code, n in statuses.items() if code not in ("503", "504")) + burst["late"]
+        after_p50 = (after.get("latency") or {}).get("p50_ms", float("inf"))
+        after_within = after.get("ok", 0) - after.get("late", 0)
+        outcome.notes.append(
+            f"capacity {capacity:.0f}/s (closed loop, {PROBE_CONNECTIONS} connections, {PROBE_S:.0f} s, p50 "
+            f"{baseline_ms:.0f} ms); offered {offered:.0f}/s for {seconds:.0f} s (bench.loadgen, generator lag p99 "
+            f"{burst['generator_lag_p99_ms']:.1f} ms): sent {burst['sent']}, 200 within budget {within}, 503 "
+            f"{statuses.get('503', 0)}, 504 {statuses.get('504', 0)}, other {other}, unanswered {unanswered}, "
+            f"goodput {goodput:.0%} of capacity, slowest answer {burst['slowest_ms']:.0f} ms; from {SETTLE_S:.0f} s "
+            f"after the burst at half capacity: {after_within} of {after.get('planned', 0)} within budget, p50 "
+            f"{after_p50:.0f} ms"
+        )
+        outcome.expect(burst["sent"] > 0, "the load ran")
+        outcome.expect(outcome.restarted == 0, "no worker restarted")
+        outcome.expect(goodput >= MIN_WITHIN_BUDGET, f"goodput >= 90 % of capacity (was {goodput:.0%})")
+        outcome.expect(unanswered == 0 and burst["sent"] == burst["planned"], "none unanswered")
+        outcome.expect(
+            burst["slowest_ms"] <= budget_ms + ANSWER_SLACK_S * 1000,
+            f"every answer within budget + 100 ms (slowest {burst['slowest_ms']:.0f} ms)",
+        )
+        outcome.expect(
+            after.get("planned", 0) > 0 and after_within == after["planned"]
+            and after_p50 <= max(2 * baseline_ms, baseline_ms + 50),
+            "normal latency 2 s after the burst",
+        )  # fmt: skip
+        return outcome
+    finally:
+        if api is not None:
+            api.proc.stop()
+        fake.proc.stop()
+
+
 # --- the full events disk ---------------------------------------------------------------------
 
 
@@ -475,13 +585,15 @@ def one_container(tmp: Path, rate: float, seconds: float) -> Outcome:
         proc.stop(timeout_s=60)
 
 
-def run_faults(names: list[str], *, rate: float, seconds: float) -> list[Outcome]:
+def run_faults(names: list[str], *, rate: float, seconds: float, overload_s: float = 60.0) -> list[Outcome]:
     """Run the named faults (in `FAULTS` order); their outcomes."""
     outcomes: list[Outcome] = []
     with tempfile.TemporaryDirectory(prefix="chaos-") as tmp_dir:
         tmp = Path(tmp_dir)
         if set(names) & set(FAULTS[: FAULTS.index("sigterm") + 1]):  # the replicas stack
             outcomes += replicas_faults(tmp, names, rate, seconds)
+        if "overload-3x" in names:
+            outcomes.append(overload(tmp, overload_s))
         if "events-disk-full" in names:
             outcomes.append(events_disk_full(tmp, rate, seconds))
         if "one-container" in names:

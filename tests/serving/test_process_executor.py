@@ -231,3 +231,40 @@ def test_close_right_after_a_worker_died_waits_for_its_replacement_and_ends_it()
 def worker_children() -> set[int]:
     """This process's children that run the worker module, still running."""
     return children_running(os.getpid(), "serving.util.process_executor")
+
+
+async def replaced(pool: ProcessExecutor, worker: int) -> None:
+    """Until ``worker`` is gone from the pool and another is there (polled: the pool has no
+    event for it)."""
+    while worker in worker_pids(pool) or not worker_pids(pool):  # noqa: ASYNC110
+        await asyncio.sleep(0.05)
+
+
+def test_a_job_past_its_bound_is_unavailable_and_its_worker_replaced() -> None:
+    async def main() -> None:
+        pool = ProcessExecutor(1, max_queued=4, name="test pool", timeout_s=0.3)
+        await pool.start()
+        try:
+            (first,) = worker_pids(pool)
+            running = asyncio.ensure_future(pool.run(time.sleep, 20))
+            queued = asyncio.ensure_future(pool.run(os.getpid))  # waits for the busy worker
+            for job in (running, queued):
+                with pytest.raises(ServingError) as caught:
+                    await asyncio.wait_for(job, BOUND_S)
+                assert caught.value.code == Code.UNAVAILABLE
+                assert "no answer within 300 ms" in str(caught.value)
+            await asyncio.wait_for(replaced(pool, first), BOUND_S)
+            # The pool goes on; unbounded now, since a new worker's start-up (an interpreter
+            # on a busy machine) may itself take longer than the bound.
+            pool.timeout_s = None
+            pid = await asyncio.wait_for(pool.run(os.getpid), BOUND_S)
+            assert pid != first and pid in worker_pids(pool)
+        finally:
+            await asyncio.wait_for(pool.close(), BOUND_S)
+
+    asyncio.run(main())
+
+
+def test_a_bound_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="timeout_s"):
+        ProcessExecutor(1, max_queued=1, name="test pool", timeout_s=0)

@@ -96,6 +96,7 @@ class RecordingServable:
     def __init__(self, signature_defs: dict[str, SignatureDef] | None = None) -> None:
         self.calls: list[tuple[str, dict[str, np.ndarray], tuple[str, ...]]] = []
         self.runs: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
+        self.prepared: list[tuple[tuple[str, ...], tuple[str, ...], Any]] = []
         self.signature_defs = signature_defs or {}
         self.closed = False
 
@@ -112,6 +113,9 @@ class RecordingServable:
         rows = len(next(iter(feeds.values()))) if feeds else 0
         # A classify signature's "scores" output: one score per example.
         return [np.ones((rows, 1), np.float32) for _ in fetches]
+
+    def prepare_run(self, feeds: Any, fetches: Any, timeout_ms: Any) -> None:
+        self.prepared.append((tuple(feeds), tuple(fetches), timeout_ms))
 
     def close(self) -> None:
         self.closed = True
@@ -161,6 +165,20 @@ def test_model_warmup_options_follow_the_flag_and_the_proto() -> None:
     assert ModelWarmupOptions.from_flags(0) == ModelWarmupOptions()
     assert ModelWarmupOptions.from_flags(3) == ModelWarmupOptions(num_request_iterations=3)
     assert ModelWarmupOptions().debug_string() == ""
+
+
+def test_each_record_also_makes_the_callable_of_the_rest_timeout(tmp_path: Path) -> None:
+    # A Session callable is made per run timeout: the REST front end's must exist before
+    # traffic. Made, not run: the replay's runs stay TF Serving's.
+    assert ModelWarmupOptions.from_flags(0, 30000) == ModelWarmupOptions(session_timeouts_ms=(30000,))
+    assert ModelWarmupOptions.from_flags(2, 0) == ModelWarmupOptions(num_request_iterations=2)
+    write_warmup(tmp_path, [predict_log([1.0]), predict_log([2.0, 3.0])])
+    servable = RecordingServable()
+    options = ModelWarmupOptions(num_request_iterations=2, session_timeouts_ms=(30000,))
+    assert warmup.run_saved_model_warmup(servable, str(tmp_path), options=options) == 2
+    assert len(servable.runs) == 4
+    assert [timeout for _, _, timeout in servable.prepared] == [30000, 30000]
+    assert [(feeds, fetches) for feeds, fetches, _ in servable.prepared] == servable.runs[::2]
 
 
 def test_zero_iterations_read_and_count_every_record_but_run_none(tmp_path: Path) -> None:

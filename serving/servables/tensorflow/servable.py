@@ -279,6 +279,19 @@ class Servable:
             raise from_exception(exc) from None
         return [np.asarray(value) for value in values]
 
+    def prepare_run(
+        self, feeds: Sequence[str], fetches: Sequence[str], timeout_ms: int | None = None
+    ) -> None:
+        """Make the Session callable a ``run_tensors`` of ``feeds`` -> ``fetches`` (graph tensor
+        names, in feed order) with ``timeout_ms`` uses, without running it: warmup
+        (``saved_model_warmup``) does it for the timeouts requests will pass, since making one
+        costs seconds on a large graph (see ``ModelWarmupOptions.session_timeouts_ms``).
+        TensorFlow's errors are raised as :class:`ServingError`."""
+        try:
+            self._callable(tuple(feeds), tuple(fetches), timeout_ms)
+        except Exception as exc:  # noqa: BLE001 - TensorFlow's errors, translated
+            raise from_exception(exc) from None
+
     def _feeds(
         self, name: str, signature: SignatureDef, inputs: Mapping[str, np.ndarray]
     ) -> tuple[tuple[str, ...], list[np.ndarray]]:
