@@ -224,10 +224,12 @@ def test_while_the_api_is_not_ready_run_server_says_why_once_and_polls_quietly(t
         MODEL_ROUTES="examples.fraud.route:route",
         SERVING_URL=f"http://127.0.0.1:{free_port()}",
     )
-    reason = "run-server: API not ready yet: not ready: fraud: model status: connection refused"
+    reason = "run-server: API not ready yet: not ready: fraud: "
     try:
         wait_until(lambda: reason in proc.log() or not proc.alive(), 180, "run-server to say why")
         assert proc.alive(), proc.log()
+        (said,) = [line for line in proc.log().splitlines() if reason in line]
+        assert "connection refused" in said, said  # what the readiness check met, e.g. "model metadata: ..."
         polls_before = proc.log_path.read_text().count("GET /readyz 503")
         time.sleep(WATCH_S)
         log = proc.log_path.read_text()
