@@ -259,11 +259,19 @@ if [[ ",${MODEL_ROUTES}," == *",examples.fraud.route:route,"* ]]; then
 fi
 
 # Supervise: serving is restarted (with backoff, a bounded number of times); the API
-# exiting ends everything.
+# exiting ends everything. A tier that exits 0 was told to stop (both exit 0 on SIGINT or
+# SIGTERM): Ctrl-C reaches the whole foreground group, and bash does not run its INT trap
+# when the child it waited for exited 0 after that SIGINT, so a clean exit is a stop, not a
+# crash to restart.
 set +e
 while true; do
   wait -n "$serving_pid" "$api_pid"
   status=$?
+  if (( status == 0 )); then
+    log "stopping (a tier exited 0: it was told to stop)"
+    stop_all
+    exit 0
+  fi
   if ! kill -0 "$api_pid" 2>/dev/null; then
     log "the API exited (status $status); stopping serving"
     stop_all

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 from pathlib import Path
 from typing import Final
@@ -158,4 +159,7 @@ def main(argv: list[str] | None = None) -> None:
         backlog=BACKLOG,
         timeout_keep_alive=5,
     )
-    asyncio.run(_serve(uvicorn.Server(config), args.parent))
+    # uvicorn re-raises the signal that stopped it: Ctrl-C on `make run` reaches this process
+    # too (the terminal's whole foreground group), and a stop asked for is no traceback.
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_serve(uvicorn.Server(config), args.parent))
