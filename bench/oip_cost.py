@@ -39,8 +39,8 @@ import orjson
 
 from bench.load import LoadSettings, run_closed_loop, run_open_loop
 from bench.plan import QUICK, Plan
+from bench.procfs import machine_cpu_s, process_cpu_s
 from bench.slo import DEFAULT_SLO_MS, SloSearch, judge, schedule_kept
-from bench.tracing_cost import _cpu_s, _system_busy
 from bench.workload import MODELS_DIR, feature_pool, write_body_pool
 from tools.processes import Process, Serving, api_command, free_port, http_ok, start_serving
 
@@ -136,9 +136,9 @@ def cpu_per_request(
     load: LoadSettings, api: Process, serving: Serving, rate: float, duration: float, seed: int
 ) -> dict[str, float]:
     """CPU µs per answer of each tier over `duration` s of open-loop arrivals at `rate`."""
-    before = (_cpu_s(api.pid), _cpu_s(serving.process.pid), *_system_busy())
+    before = (process_cpu_s(api.pid), process_cpu_s(serving.process.pid), *machine_cpu_s())
     run = run_open_loop(load, rate_rps=rate, duration_s=duration, seed=seed)
-    after = (_cpu_s(api.pid), _cpu_s(serving.process.pid), *_system_busy())
+    after = (process_cpu_s(api.pid), process_cpu_s(serving.process.pid), *machine_cpu_s())
     answered = max(1, run.ok)
     return {
         "api_us": (after[0] - before[0]) / answered * 1e6,

@@ -137,6 +137,28 @@ def system_cpu_ticks(proc: Path = PROC) -> int:
     return parse_system_cpu((proc / "stat").read_text())
 
 
+def process_cpu_s(pid: int, proc: Path = PROC) -> float:
+    """utime + stime of a live process since it started, seconds.
+
+    Raises:
+        RuntimeError: the process is gone.
+    """
+    stat = read_stat(pid, proc)
+    if stat is None:
+        raise RuntimeError(f"process {pid} is gone")
+    return stat.cpu_ticks / CLK_TCK
+
+
+def machine_cpu_s(proc: Path = PROC) -> tuple[float, float]:
+    """(busy, total) seconds of all CPUs together since boot, from /proc/stat's "cpu" line:
+    busy as `parse_system_cpu` counts it, total with idle and iowait added."""
+    text = (proc / "stat").read_text()
+    busy = parse_system_cpu(text)
+    (line,) = [line for line in text.splitlines() if line.split()[:1] == ["cpu"]]
+    idle, iowait = (int(x) for x in line.split()[4:6])
+    return busy / CLK_TCK, (busy + idle + iowait) / CLK_TCK
+
+
 def cmdline(pid: int, proc: Path = PROC) -> str:
     """The process's command line, arguments joined by spaces ('' when gone)."""
     try:

@@ -28,7 +28,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench.procfs import CLK_TCK, read_stat
+from bench.procfs import machine_cpu_s, process_cpu_s
 from bench.workload import MODELS_DIR, write_body_pool
 from tools.otlp_receiver import OtlpReceiver
 from tools.processes import Process, api_command, free_port, http_ok, start_serving
@@ -39,20 +39,6 @@ SETTINGS: dict[str, dict[str, str]] = {
     "on, 1 % sampled": {"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.01"},
     "on, 100 % sampled": {"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "1.0"},
 }
-
-
-def _cpu_s(pid: int) -> float:
-    stat = read_stat(pid)
-    if stat is None:
-        raise RuntimeError(f"process {pid} is gone")
-    return stat.cpu_ticks / CLK_TCK
-
-
-def _system_busy() -> tuple[float, float]:
-    """(busy, total) seconds of the whole machine from /proc/stat's cpu line."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    idle = fields[3] + fields[4]
-    return (sum(fields) - idle) / CLK_TCK, sum(fields) / CLK_TCK
 
 
 def _load(url: str, pool: Path, rate: float, duration: float) -> dict[str, object]:
@@ -97,10 +83,10 @@ def measure(
         _load(url + "/v1/fraud/score", pool, args.rate, 2.0)  # warm-up
         time.sleep(1.5 * EXPORT_MS / 1000)  # the warm-up's spans exported before the measured run
         spans = receiver.count()
-        before = (_cpu_s(api.pid), _cpu_s(serving.process.pid), *_system_busy())
+        before = (process_cpu_s(api.pid), process_cpu_s(serving.process.pid), *machine_cpu_s())
         result = _load(url + "/v1/fraud/score", pool, args.rate, args.duration)
         time.sleep(1.5 * EXPORT_MS / 1000)  # the last export of the run's spans (same wait when off)
-        after = (_cpu_s(api.pid), _cpu_s(serving.process.pid), *_system_busy())
+        after = (process_cpu_s(api.pid), process_cpu_s(serving.process.pid), *machine_cpu_s())
         answered = float(result["ok"])  # type: ignore[arg-type]
         if answered <= 0:
             raise RuntimeError(f"{name}: no request answered: {result}")

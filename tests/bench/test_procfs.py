@@ -12,8 +12,10 @@ import pytest
 
 from bench.memory import parse_smaps_rollup, process_memory, tree_memory
 from bench.procfs import (
+    CLK_TCK,
     CpuMeter,
     ProcStat,
+    machine_cpu_s,
     parse_stat,
     parse_system_cpu,
     process_tree,
@@ -113,3 +115,11 @@ def test_cpu_meter_reads_a_busy_process_and_the_machine() -> None:
     assert 0.2 < reading.cores <= 1.1  # one spinning thread (on a shared machine, at least some)
     assert reading.machine_cores >= reading.cores - 0.1
     assert reading.elapsed_s >= 0.5
+
+
+def test_machine_cpu_is_busy_and_total_seconds_of_the_cpu_line(tmp_path: Path) -> None:
+    # user nice system idle iowait irq softirq steal guest guest_nice (proc(5)); guest is in user.
+    (tmp_path / "stat").write_text("cpu  100 10 50 800 40 5 5 0 30 0\ncpu0 50 5 25 400 20 2 3 0 15 0\n")
+    busy, total = machine_cpu_s(tmp_path)
+    assert busy == pytest.approx(170 / CLK_TCK)
+    assert total == pytest.approx(1010 / CLK_TCK)
