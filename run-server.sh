@@ -217,6 +217,9 @@ export SERVING_URL=${SERVING_URL:-http://${SERVING_HOST}:${REST_API_PORT}}
 # The API's gRPC target follows GRPC_PORT too (used when SERVING_PROTOCOL=grpc).
 export SERVING_GRPC_TARGETS=${SERVING_GRPC_TARGETS:-${SERVING_HOST}:${GRPC_PORT}}
 export API_BIND="${API_HOST}:${API_PORT}"
+# /metrics, /docs, /openapi.json (gunicorn.conf.py's operational port) on the API's interface:
+# API_HOST=127.0.0.1 keeps them local too. API_OPS_BIND= (empty) serves them on API_PORT.
+export API_OPS_BIND="${API_OPS_BIND-${API_HOST}:9000}"
 (cd "$HERE" && exec "$PYTHON" -m gunicorn -c gunicorn.conf.py 'api.app:create_app()') &
 api_pid=$!
 
@@ -250,9 +253,8 @@ else
 fi
 # /docs, /openapi.json and /metrics: the operational port (gunicorn.conf.py; API_OPS_BIND=
 # serves them on the API's own port).
-ops_bind=${API_OPS_BIND-0.0.0.0:9000}
 docs_url="${api_url}/docs"
-[[ -n "$ops_bind" ]] && docs_url="http://127.0.0.1:${ops_bind##*:}/docs"
+[[ -n "$API_OPS_BIND" ]] && docs_url="http://127.0.0.1:${API_OPS_BIND##*:}/docs"
 log "API ready on ${api_url} (serving at ${serving_at}); routes and schemas: ${docs_url}"
 if [[ ",${MODEL_ROUTES}," == *",examples.fraud.route:route,"* ]]; then
   log "Try: curl -s -X POST ${api_url}/v1/fraud/score -H 'content-type: application/json' -d @examples/transaction.json"
