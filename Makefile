@@ -46,8 +46,13 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 # Ctrl-C stops run-server.sh and make exits 0 (tools/foreground.py says why it is needed).
+# `exec`: on SIGTERM GNU make sends SIGTERM to its recipe's process only, waits for it, then
+# ends itself by the signal. Without exec that process is /bin/sh -c (the variable assignments
+# make it use a shell, and dash does not exec the line's last command): the shell died and
+# foreground.py, run-server.sh and both tiers were left running. With exec, make's SIGTERM
+# reaches foreground.py (terminal) or run-server.sh (none), and make waits for the clean stop.
 run: $(STAMP)
-	MODELS_DIR=$(MODELS_DIR) PYTHON=$(abspath $(PY)) API_PORT=$(API_PORT) \
+	exec env MODELS_DIR=$(MODELS_DIR) PYTHON=$(abspath $(PY)) API_PORT=$(API_PORT) \
 	REST_API_PORT=$(REST_API_PORT) GRPC_PORT=$(GRPC_PORT) $(PY) -m tools.foreground ./run-server.sh
 
 test: $(STAMP)

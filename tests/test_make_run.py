@@ -3,16 +3,23 @@
 The terminal is a pseudo-terminal whose session leader is a shell running `make run`, as an
 interactive shell's would be; Ctrl-C is the byte 0x03 typed into it, which the terminal
 turns into SIGINT for its foreground process group (tools/foreground.py puts run-server.sh
-there, not make). A supervisor's SIGTERM to run-server.sh stops it the same way.
+there, not make). A supervisor's SIGTERM to run-server.sh stops it the same way. SIGTERM to
+make's own pid, with a terminal and without one (CI), stops both tiers before make exits,
+and make then ends by that signal (GNU make re-raises it on itself).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pty
 import select
 import signal
+import socket
+import subprocess
+import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -25,11 +32,11 @@ READY_S = 240.0
 class Terminal:
     """`bash -c 'make run'` on a pseudo-terminal; `output` is everything it printed so far."""
 
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(self, env: dict[str, str], command: str = "make run") -> None:
         self.pid, self.fd = pty.fork()
         if self.pid == 0:  # the child: the session leader of the new terminal
             os.chdir(REPO)
-            os.execvpe("bash", ["bash", "-c", "make run"], env)
+            os.execvpe("bash", ["bash", "-c", command], env)
         self.output = b""
 
     def read(self, timeout_s: float) -> bool:
@@ -69,6 +76,7 @@ def make_run_env(tmp_path: Path) -> dict[str, str]:
     env.update(
         API_PORT=str(free_port()), REST_API_PORT=str(free_port()), GRPC_PORT=str(free_port()),
         API_HOST="127.0.0.1", WEB_CONCURRENCY="1", TMPDIR=str(tmp_path), TERM="dumb",
+        API_OPS_BIND=f"127.0.0.1:{free_port()}",
     )  # fmt: skip
     return env
 
@@ -104,3 +112,137 @@ def _descendant(pid: int) -> set[int]:
 
     wait_until(lambda: (walk(pid), bool(found))[1], 10, "run-server.sh under make")
     return found
+
+
+@pytest.mark.parametrize("tty", [True, False], ids=["terminal", "no-terminal"])
+def test_sigterm_to_make_stops_both_tiers_first(tmp_path: Path, tty: bool) -> None:
+    env = make_run_env(tmp_path)
+    ports = [int(env[name]) for name in ("API_PORT", "REST_API_PORT", "GRPC_PORT")]
+    ports.append(int(env["API_OPS_BIND"].rsplit(":", 1)[1]))
+    tiers: dict[int, list[bytes]] = {}
+    if tty:
+        # The shell stays on, as an interactive one would: the terminal is not hung up when
+        # make exits, so nothing but make's own SIGTERM handling can stop the tiers.
+        terminal = Terminal(env, 'make run; echo "[make run exited: $?]"; exec sleep 300')
+        run: Terminal | subprocess.Popen[bytes] = terminal
+    else:
+        make = subprocess.Popen(
+            ["make", "run"], cwd=REPO, env=env, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        run = make
+        output = _Output(make)
+    try:
+        if tty:
+            terminal.wait_for(b"run-server: API ready on", READY_S)
+            (make_pid,) = [pid for pid, argv in _descendants(terminal.pid).items() if argv[0] == b"make"]
+        else:
+            output.wait_for("run-server: API ready on", READY_S)
+            make_pid = make.pid
+        tree = _descendants(make_pid)
+        (run_server,) = [pid for pid, argv in tree.items() if argv[:2] == [b"bash", b"./run-server.sh"]]
+        tiers = _descendants(run_server)
+        assert tiers, tree
+        tiers[run_server] = tree[run_server]
+        assert all(_accepts(port) for port in ports)
+
+        os.kill(make_pid, signal.SIGTERM)
+        if tty:
+            terminal.wait_for(b"[make run exited: ", 90)
+            while not terminal.output.split(b"[make run exited: ", 1)[1].count(b"]"):
+                terminal.read(0.5)
+            text = terminal.output.decode(errors="replace")
+            assert "[make run exited: 143]" in text, text[-4000:]  # 128 + SIGTERM
+        else:
+            assert make.wait(90) == -signal.SIGTERM, output.text[-4000:]
+            text = output.text
+        # make waited for the stop: no process of either tier outlives it (a bound for the
+        # kernel to release a port or a worker's last exit), nor any of their ports.
+        deadline = time.monotonic() + 10
+        while (left := _left(tiers, ports)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not left, (left, text[-4000:])
+        assert "run-server: stopping" in text and "make: ***" not in text, text[-3000:]
+        assert not list(tmp_path.glob("serving-sockets.*"))  # run-server cleaned up after both tiers
+    finally:
+        _kill_all(run, tiers)
+
+
+class _Output:
+    """Everything `process` prints on stdout, read by a thread as it comes."""
+
+    def __init__(self, process: subprocess.Popen[bytes]) -> None:
+        assert process.stdout is not None
+        self._stdout = process.stdout
+        self._chunks: list[bytes] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self._stdout:
+            self._chunks.append(line)
+
+    @property
+    def text(self) -> str:
+        return b"".join(self._chunks).decode(errors="replace")
+
+    def wait_for(self, needle: str, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while needle not in self.text:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no {needle!r} in:\n{self.text[-4000:]}")
+            time.sleep(0.2)
+
+
+def _descendants(pid: int) -> dict[int, list[bytes]]:
+    """Every live process under `pid`, with its command line (/proc/<pid>/task/*/children)."""
+    found: dict[int, list[bytes]] = {}
+
+    def walk(parent: int) -> None:
+        with contextlib.suppress(FileNotFoundError):  # processes come and go
+            for task in Path(f"/proc/{parent}/task").iterdir():
+                for child in (task / "children").read_text().split():
+                    with contextlib.suppress(FileNotFoundError):
+                        found[int(child)] = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+                    walk(int(child))
+
+    walk(pid)
+    return found
+
+
+def _left(pids: Iterable[int], ports: list[int]) -> list[str]:
+    """Which of `pids` still run and which of `ports` still accept connections."""
+    return [f"pid {pid}" for pid in sorted(pids) if _alive(pid)] + [f"port {p}" for p in ports if _accepts(p)]
+
+
+def _alive(pid: int) -> bool:
+    """`pid` exists and is not a zombie (a zombie has stopped; its parent has not reaped it yet)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _accepts(port: int) -> bool:
+    """True when 127.0.0.1:`port` accepts a TCP connection."""
+    try:
+        socket.create_connection(("127.0.0.1", port), 0.5).close()
+    except OSError:
+        return False
+    return True
+
+
+def _kill_all(run: Terminal | subprocess.Popen[bytes], tiers: dict[int, list[bytes]]) -> None:
+    """SIGKILL what a failed run left behind: the terminal's session or make's, and the tiers."""
+    leader = run.pid
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(leader, signal.SIGKILL)
+    for pid, argv in tiers.items():  # run-server.sh's group, with a terminal; not a reused pid
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") == argv:
+                os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(leader, 0)
+    if isinstance(run, Terminal):
+        with contextlib.suppress(OSError):
+            os.close(run.fd)

@@ -7,12 +7,19 @@ started, and make itself. run-server.sh stops both tiers and exits 0, but GNU ma
 SIGINT, waits for its recipe and then ends itself by the signal ("make: *** [Makefile:N: run]
 Interrupt", status 130). Here the command runs in a process group of its own that the
 terminal puts in the foreground: Ctrl-C reaches the command and not make, which then exits
-with the command's status, 0 after a clean stop. SIGTERM and SIGHUP sent to this process
-are passed on to the command's group. Without a terminal (CI, a pipe, a container) there is
-nothing to hand over and the command simply replaces this process.
+with the command's status, 0 after a clean stop. Without a terminal (CI, a pipe, a container)
+there is nothing to hand over and the command simply replaces this process.
 
-A SIGTERM sent to make itself still ends make by that signal once its recipe is done: GNU
-make passes it to the recipe (run-server.sh stops cleanly) and then re-raises it on itself.
+SIGTERM, SIGHUP and SIGINT sent to this process are passed on to the command's process (not
+its group: run-server.sh stops the API first, which drains in-flight requests, then serving;
+the group would hear it all at once) and this process waits for the command to exit.
+
+SIGTERM sent to make itself: GNU make sends SIGTERM to its recipe's process alone, waits
+for it, and then ends itself by the same signal (status 143 in a shell, "Terminated"; it
+cannot be 0). The Makefile's recipe `exec`s, so that process is this one (or, without a
+terminal, run-server.sh): both tiers are stopped before make exits. Without the exec it was
+/bin/sh -c, which died of the signal and left this process, run-server.sh and both tiers
+running, outside make's reach.
 """
 
 from __future__ import annotations
@@ -21,6 +28,10 @@ import os
 import signal
 import sys
 from types import FrameType
+
+#: Passed on to the command; blocked from before the fork until the handler is in place, so
+#: one arriving meanwhile is forwarded too instead of ending this process alone.
+FORWARDED = {signal.SIGTERM, signal.SIGHUP, signal.SIGINT}
 
 
 def main(argv: list[str]) -> int:
@@ -33,13 +44,22 @@ def main(argv: list[str]) -> int:
     except OSError:  # no controlling terminal: nothing to hand over
         os.execvp(argv[0], argv)
     ready_read, ready_write = os.pipe()
+    signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
     pid = os.fork()
     if pid == 0:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)  # a blocked mask survives exec
         os.close(ready_write)
         os.setpgid(0, 0)
         os.read(ready_read, 1)  # until the terminal is ours: a background group may not read it
         os.close(ready_read)
         os.execvp(argv[0], argv)
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        os.kill(pid, signum)
+
+    for signum in FORWARDED:
+        signal.signal(signum, forward)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
     os.close(ready_read)
     try:
         os.setpgid(pid, pid)  # also here, so tcsetpgrp cannot run before the child's own call
@@ -48,14 +68,10 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTTOU, signal.SIG_IGN)  # a background process may not hand the terminal over
     own_group = os.getpgrp()
     os.tcsetpgrp(terminal, pid)
-
-    def forward(signum: int, frame: FrameType | None) -> None:
-        os.killpg(pid, signum)
-
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, forward)
     os.close(ready_write)
     _, status = os.waitpid(pid, 0)
+    for signum in FORWARDED:  # its pid may be reused now
+        signal.signal(signum, signal.SIG_IGN)
     try:
         os.tcsetpgrp(terminal, own_group)
     except OSError:
