@@ -18,8 +18,9 @@ from typing import Final
 # Each pattern removes one construct of TensorFlow's error text (see module doc).
 _TRACE_BLOCK: Final = re.compile(r"Detected at node\b.*?^\s*Node: '[^'\n]*'\s*$", re.DOTALL | re.MULTILINE)
 _INTERNALS: Final = (
-    re.compile(r"\[\[(?:\{\{)?node\b[^\n]*"),  # [[{{node x}}]], [[node x (defined at ...) ]], to the line's end
+    # First: it may open a [[...]], as in "[[{{function_node f}}{{node x}}]]".
     re.compile(r"\{\{function_node [^}]*\}\}"),
+    re.compile(r"\[\[\s*(?:\{\{)?node\b[^\n]*"),  # [[{{node x}}]], [[node x (defined at ...) ]], to the line's end
     re.compile(r"\[Op:[^\]]*\]"),
     re.compile(r"\(defined at [^)]*\)"),
     re.compile(r"^\s*(?:Detected at node|Node:)\b[^\n]*$", re.MULTILINE),

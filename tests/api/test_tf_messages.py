@@ -26,6 +26,11 @@ TF2 = (
         (TF1, "Matrix size-incompatible: In[0]: [0,11], In[1]: [11,16]"),
         (TF1_OLD, "Incompatible shapes: [2] vs. [3]"),
         (TF2, "Matrix size-incompatible: In[0]: [1,0], In[1]: [11,16]"),
+        (  # what serving answers for fraud given 2 features a row
+            "Incompatible shapes: [1,2] vs. [1,11]\n\t [[{{function_node __inference_<lambda>_9977}}"
+            "{{node fraud_1/normalize_1/Sub}}]]",
+            "Incompatible shapes: [1,2] vs. [1,11]",
+        ),
         ("{{function_node __inference_f_5}} [[{{node x}}]]", EMPTY),
         ("input size does not match signature: 2!=1 for inputs {x}", None),  # unchanged
     ],
