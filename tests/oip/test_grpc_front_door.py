@@ -69,9 +69,13 @@ def test_a_call_without_a_valid_key_is_unauthenticated(
         _infer(grpc_target, metadata)
     assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
     assert detail in (refused.value.details() or "")
-    # The REST 401's WWW-Authenticate challenge (AUTH__REALM's default realm).
+    # The REST 401's WWW-Authenticate challenge (AUTH__REALM's default realm; RFC 6750's
+    # error="invalid_token" for a key given but not valid).
     trailing = dict(refused.value.trailing_metadata() or ())
-    assert trailing["www-authenticate"] == 'Bearer realm="tfserve-split"', trailing
+    challenge = 'Bearer realm="tfserve-split"'
+    if metadata:
+        challenge += ', error="invalid_token", error_description="unknown or revoked API key"'
+    assert trailing["www-authenticate"] == challenge, trailing
 
 
 def test_a_rate_limited_call_says_when_to_retry(grpc_target: str) -> None:
