@@ -76,10 +76,10 @@ def _flag(default: Any, help: str) -> Any:  # noqa: A002 - argparse's word
 
 #: The request limits' defaults (flags of ours: TF Serving has none of these). The body limit is
 #: the largest Predict the API tier can send for a request its own limits let in: an OIP request
-#: of `OIP__MAX_BODY_BYTES` (4 MiB) with binary FP32 or BOOL data grows some 6x as TF Serving's
-#: columnar JSON (a float32 written as a double's shortest text, `false` for one byte), 8x with a
-#: trailing dimension of 1 (its brackets), so 64 MiB, the buffered-body budget, leaves room for
-#: that and for a coalesced batch of such requests. What a large body costs the others is bounded
+#: of `OIP__MAX_BODY_BYTES` (4 MiB) with binary data grows as TF Serving's columnar JSON (a float32
+#: written as a double's shortest text, `false` for a BOOL byte, brackets per row): measured, 4 MiB
+#: of FP32 rows of 11 became 19.4 MiB, of FP32 [N, 1] 21.3 MiB, of BOOL [N, 1] 30.0 MiB; 64 MiB,
+#: the buffered-body budget, leaves room for that. What a large body costs the others is bounded
 #: by the JSON worker processes (`--rest_api_num_json_processes`), which parse bodies of 64 KiB and
 #: more off the event loop at the lowest CPU priority: measured on a shared 2-core machine, a
 #: 1 MiB fraud body (7,300 rows) takes ~10-12 ms to parse, a 16 MiB one ~240 ms. The head limit
