@@ -29,7 +29,8 @@
 #
 # Environment (defaults in brackets):
 #   MODEL_CONFIG_FILE [models.config]  REST_API_PORT [8501]  GRPC_PORT [8500]
-#   API_PORT [8000]  API_HOST [0.0.0.0]
+#   API_PORT [8000]  API_HOST [0.0.0.0]: the interface of the API's port, of its operational
+#     port (API_OPS_BIND [${API_HOST}:9000]) and of the OIP gRPC port (OIP__GRPC_HOST [${API_HOST}])
 #   WEB_CONCURRENCY [from the CPU budget]: API workers; serving gets the CPUs left
 #   MODELS_DIR: when set, the config's "/models/" base_path prefix is rewritten to it
 #   SERVING_HOST [127.0.0.1]: where serving's REST API is polled and called
@@ -220,6 +221,8 @@ export API_BIND="${API_HOST}:${API_PORT}"
 # /metrics, /docs, /openapi.json (gunicorn.conf.py's operational port) on the API's interface:
 # API_HOST=127.0.0.1 keeps them local too. API_OPS_BIND= (empty) serves them on API_PORT.
 export API_OPS_BIND="${API_OPS_BIND-${API_HOST}:9000}"
+# The OIP gRPC port (OIP__MODELS, OIP__GRPC_PORT) on the same interface.
+export OIP__GRPC_HOST="${OIP__GRPC_HOST:-${API_HOST}}"
 (cd "$HERE" && exec "$PYTHON" -m gunicorn -c gunicorn.conf.py 'api.app:create_app()') &
 api_pid=$!
 

@@ -374,3 +374,19 @@ def test_run_server_sizes_both_tiers_from_its_cpus(tmp_path: Path) -> None:
     finally:
         code = proc.stop(timeout_s=60)
     assert code == 0, proc.log()
+
+
+
+def test_api_host_keeps_the_oip_grpc_port_on_its_interface(tmp_path: Path) -> None:
+    # API_HOST=127.0.0.1 (run_server_env's): the OIP gRPC port follows it, as the API's does.
+    grpc_port = free_port()
+    env = one_worker_env(OIP__MODELS="all", OIP__GRPC_PORT=str(grpc_port))
+    assert env["API_HOST"] == "127.0.0.1" and "OIP__GRPC_HOST" not in env
+    proc = start_run_server(tmp_path / "run-server.log", **env)
+    try:
+        wait_run_server(proc)
+        wait_until(lambda: bool(listening_addresses(grpc_port)), 30.0, "the OIP gRPC port listening")
+        assert listening_addresses(grpc_port) == {"127.0.0.1"}, proc.log()
+        assert listening_addresses(int(env["API_PORT"])) == {"127.0.0.1"}
+    finally:
+        assert proc.stop(timeout_s=60) == 0, proc.log()

@@ -62,7 +62,11 @@ class OipSettings(BaseModel):
         description="Port of the OIP gRPC server (GRPCInferenceService), served by every API "
         "worker on the same port (SO_REUSEPORT); 0 leaves gRPC off. Off with OIP__MODELS=none.",
     )
-    grpc_host: str = Field(default="0.0.0.0", description="Address the OIP gRPC server binds.")
+    grpc_host: str = Field(
+        default="0.0.0.0",
+        description="Address the OIP gRPC server binds; run-server.sh sets it to API_HOST's, as it "
+        "does the operational port's.",
+    )
     max_body_bytes: int = Field(
         default=4 * 1024 * 1024,
         ge=1,

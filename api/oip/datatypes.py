@@ -78,6 +78,31 @@ DATATYPES: Mapping[str, Datatype] = MappingProxyType({d.name: d for d in _ALL})
 BY_DTYPE: Mapping[DataType, Datatype] = MappingProxyType({d.dtype: d for d in _ALL})
 
 
+@dataclass(frozen=True, slots=True)
+class FloatRange:
+    """The finite range of a narrow float type (IEEE 754 round to nearest, ties to even).
+
+    Attributes:
+        largest: its largest finite value.
+        overflow: the least magnitude that rounds to infinity on its way to serving: `largest`
+            plus half its last unit (BF16: less half a float32 unit, as the serving client
+            rounds to float32 first); anything below rounds to a finite value.
+    """
+
+    largest: float
+    overflow: float
+
+
+#: FP32, FP16, BF16 -> their finite range (FP64's is the JSON parser's own).
+FLOAT_RANGE: Mapping[str, FloatRange] = MappingProxyType(
+    {
+        "FP32": FloatRange((2 - 2**-23) * 2.0**127, 2.0**128 - 2.0**103),
+        "FP16": FloatRange(65504.0, 65520.0),
+        "BF16": FloatRange((2 - 2**-7) * 2.0**127, 2.0**128 - 2.0**119 - 2.0**103),
+    }
+)
+
+
 class TensorDataError(ValueError):
     """A tensor's data does not fit its datatype or shape; the message says how (answered 400)."""
 
@@ -181,24 +206,39 @@ def encode_raw(datatype: Datatype, values: Sequence[Any]) -> bytes:
 def json_element(datatype: Datatype, value: Any, name: str) -> Any:
     """One JSON element of `datatype` as the serving client takes it (bool, int, float, bytes).
 
-    Integers must be JSON integers in range; floats any JSON number (FP16 checked to fit);
-    BOOL `true`/`false`; BYTES a string, sent as its UTF-8 bytes.
+    Integers must be JSON integers within the datatype's range; FP32, FP16 and BF16 any JSON
+    number that does not round to infinity in that type (`FLOAT_RANGE`), FP64 any JSON number
+    (the JSON parser already refuses one beyond a double and the `NaN` / `Infinity` tokens,
+    which are not JSON); BOOL `true`/`false`; BYTES a string, sent as its UTF-8 bytes.
 
     Raises:
-        TensorDataError: an element of another JSON type, or out of range.
+        TensorDataError: an element of another JSON type, or out of the datatype's range
+            (the message gives the range).
     """
     kind = datatype.kind
     if kind == "float":
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise TensorDataError(f"input '{name}': {datatype.name} data must be numbers, got {_shown(value)}")
-        if datatype.dtype is DataType.DT_HALF and abs(value) > 65504.0:
-            raise TensorDataError(f"input '{name}': {value!r} is beyond FP16's range (65504)")
+        bound = FLOAT_RANGE.get(datatype.name)
+        if bound is not None and abs(value) >= bound.overflow:
+            # Sent on, TensorFlow would round it to inf: a value the client did not send.
+            raise TensorDataError(
+                f"input '{name}': {_shown(value)} is out of {datatype.name}'s range "
+                f"[-{bound.largest:.8g}, {bound.largest:.8g}]"
+            )
         return float(value)
     if kind == "int":
-        if isinstance(value, bool) or not isinstance(value, int):
+        integral = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+        if isinstance(value, bool) or not integral:
             raise TensorDataError(f"input '{name}': {datatype.name} data must be integers, got {_shown(value)}")
+        # A JSON integer beyond 64 bits reaches here as a float (the parser's): out of range
+        # too, which is what the client needs to hear, not that it is not an integer.
         if not datatype.low <= value <= datatype.high:
-            raise TensorDataError(f"input '{name}': {value} is outside {datatype.name}'s range")
+            raise TensorDataError(
+                f"input '{name}': {_shown(value)} is out of {datatype.name}'s range [{datatype.low}, {datatype.high}]"
+            )
+        if isinstance(value, float):
+            raise TensorDataError(f"input '{name}': {datatype.name} data must be integers, got {_shown(value)}")
         return value
     if kind == "bool":
         if not isinstance(value, bool):

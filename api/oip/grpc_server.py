@@ -26,7 +26,11 @@ Every call goes through `_CallPath.run`, the gRPC twin of the API's one middlewa
    authentication, rate limits and tracing plug in, from a function of the call's metadata
    (`metadata_check` adapts one); a hook refuses with `RpcRefused`;
 4. the RPC itself; an `OipError` becomes its canonical code and message, anything else
-   INTERNAL without details (logged);
+   INTERNAL without details (logged); a refusal carries in its trailing metadata what the
+   REST answer has as headers: `retry-after` (seconds: REST's `Retry-After`) with
+   UNAVAILABLE and RESOURCE_EXHAUSTED for overload, serving unavailable or a rate limit,
+   `www-authenticate` (the 401's and 403's challenge) with UNAUTHENTICATED and
+   PERMISSION_DENIED;
 5. `api_request_duration_seconds{method="GRPC", route=<method path>, status=<the REST
    status of the code>}`, the stage histograms, `api_requests_in_flight`,
    `api_serving_errors_total` and one `api.access` log line, as for HTTP requests.
@@ -54,6 +58,7 @@ from api.oip.service import OipService
 from api.oip.types import HTTP_STATUS, OipError
 from api.request.admission.in_flight import InFlightBoard
 from api.request.context import REQUEST_ID_HEADER, RequestContext, bind, new_request_id, unbind
+from api.request.errors import RETRY_AFTER_S
 from api.serving_client import Code, Deadline
 
 logger = logging.getLogger("api.oip.grpc")
@@ -62,6 +67,10 @@ _VALID_REQUEST_ID: Final = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
 # Answers are tensors: as large as serving's own gRPC limit (the serving client's 64 MiB).
 MAX_SEND_BYTES: Final = 64 * 1024 * 1024
 _Response = TypeVar("_Response", bound=Message)
+#: The trailing metadata key of a refusal's "retry in this many seconds" (REST's Retry-After).
+RETRY_AFTER: Final = "retry-after"
+#: What an overload refusal carries: REST's 503 `Retry-After` value.
+RETRY_LATER: Final = ((RETRY_AFTER, str(RETRY_AFTER_S)),)
 
 
 class _CallPath:
@@ -110,10 +119,12 @@ class _CallPath:
         code = Code.OK
         message = ""
         serving_code: Code | None = None
+        refusal: tuple[tuple[str, str], ...] = ()
         try:
             if counted and self._in_flight.full():
                 busy, limit = self._in_flight.totals()
                 code, message = Code.UNAVAILABLE, f"overloaded: at the limit of requests in flight ({busy} of {limit})"
+                refusal = RETRY_LATER
             else:
                 if counted:
                     self._in_flight.enter()
@@ -121,8 +132,11 @@ class _CallPath:
                     return await self._through_hooks(RpcCall(method, metadata, context.peer()), ctx, call)
                 except OipError as exc:
                     code, message, serving_code = exc.code, exc.message, exc.serving_code
+                    refusal = RETRY_LATER if exc.http_status == 503 else ()  # as REST's Retry-After
                 except RpcRefused as exc:
-                    code, message = exc.code, exc.message
+                    code, message, refusal = exc.code, exc.message, exc.trailing
+                    if code in (Code.RESOURCE_EXHAUSTED, Code.UNAVAILABLE) and not _has(refusal, RETRY_AFTER):
+                        refusal = (*refusal, *RETRY_LATER)
                 except Exception as exc:
                     if isinstance(exc, grpc.aio.AbortError):
                         raise
@@ -131,7 +145,7 @@ class _CallPath:
                 finally:
                     if counted:
                         self._in_flight.leave()
-            await context.abort(grpc.StatusCode[code.name], message, trailing)
+            await context.abort(grpc.StatusCode[code.name], message, (*trailing, *refusal))
         finally:
             gauge.dec()
             unbind(token)
@@ -183,6 +197,10 @@ class _CallPath:
                     "client": context.peer(),
                 },
             )
+
+
+def _has(metadata: Sequence[tuple[str, str]], key: str) -> bool:
+    return any(name == key for name, _ in metadata)
 
 
 def _wrap(hook: RpcHook, call: RpcCall, proceed: RpcNext) -> RpcNext:

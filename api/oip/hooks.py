@@ -14,7 +14,7 @@ import here: hooks are built without loading grpc's server.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from google.protobuf.message import Message
@@ -47,12 +47,14 @@ RpcHook = Callable[[RpcCall, RpcNext], Awaitable[Message]]
 
 
 class RpcRefused(Exception):
-    """A hook refuses the call: answered with `code` (a canonical code) and `message`."""
+    """A hook refuses the call: answered with `code` (a canonical code) and `message`, and
+    `trailing` in the trailing metadata (lower-case keys: `www-authenticate`, `retry-after`)."""
 
-    def __init__(self, code: Code, message: str) -> None:
+    def __init__(self, code: Code, message: str, trailing: Sequence[tuple[str, str]] = ()) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.trailing = tuple(trailing)
 
 
 def metadata_check(check: Callable[[Mapping[str, str]], object], code: Code = Code.UNAUTHENTICATED) -> RpcHook:
@@ -85,12 +87,14 @@ def front_door_check(front_door: FrontDoor) -> RpcHook:
     "/inference.GRPCInferenceService/ModelInfer", which `AUTH__PUBLIC_PATHS`, `AUTH__SCOPES` and
     `RATE_LIMITS__ROUTES` may name), the metadata as headers (`x-api-key`, `authorization`), the
     peer's address as the client. A `Refusal` is answered with its gRPC code (UNAUTHENTICATED,
-    PERMISSION_DENIED, RESOURCE_EXHAUSTED) and its detail."""
+    PERMISSION_DENIED, RESOURCE_EXHAUSTED), its detail, and its REST headers as trailing
+    metadata (`www-authenticate` as the 401's and 403's `WWW-Authenticate`, `retry-after` as the
+    429's `Retry-After`, seconds)."""
 
     async def hook(call: RpcCall, proceed: RpcNext) -> Message:
         verdict = front_door.check(call.method, call.metadata.items(), peer_address(call.peer))
         if isinstance(verdict, Refusal):
-            raise RpcRefused(verdict.grpc_code, verdict.detail)
+            raise RpcRefused(verdict.grpc_code, verdict.detail, verdict.trailing_metadata())
         return await proceed()
 
     return hook

@@ -128,8 +128,9 @@ def check_inputs(inputs: Sequence[InferInput], signature: SignatureInfo, resolve
 
     Raises:
         OipError: INVALID_ARGUMENT naming the input: not in the signature, given twice,
-            missing, of another datatype, of another rank or fixed dimension, or with a value
-            count that does not fit its shape.
+            missing, of another datatype, of another rank or fixed dimension, with a dimension
+            of 0 (no elements: an empty batch is not sent to serving), or with a value count
+            that does not fit its shape.
     """
     tensors: dict[str, Tensor] = {}
     for given in inputs:
@@ -144,6 +145,14 @@ def check_inputs(inputs: Sequence[InferInput], signature: SignatureInfo, resolve
             raise invalid(
                 f"input '{given.name}' of {_where(resolved)} is {expected.name}, "
                 f"the request sends {given.datatype.name}"
+            )
+        if 0 in given.shape:
+            # An empty batch is refused here, not sent: TF Serving answers one with the
+            # graph's own failure (a kernel's shape check), naming graph nodes, or with an
+            # empty answer, model by model; the protocol says nothing of either.
+            raise invalid(
+                f"input '{given.name}' has shape {list(given.shape)}, which holds no elements: every "
+                "dimension, the batch dimension included, must be at least 1"
             )
         if info.shape is not None and not _fits(given.shape, info.shape):
             raise invalid(

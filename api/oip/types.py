@@ -158,26 +158,42 @@ class OipError(Exception):
             `api_serving_errors_total`), else None.
     """
 
-    def __init__(self, code: Code, message: str, *, serving_code: Code | None = None) -> None:
+    def __init__(
+        self, code: Code, message: str, *, serving_code: Code | None = None, http_status: int | None = None
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.serving_code = serving_code
+        self._http_status = http_status
 
     @property
     def http_status(self) -> int:
-        """The REST status (`HTTP_STATUS`)."""
-        return HTTP_STATUS.get(self.code, 502)
+        """The REST status: the one given, else `HTTP_STATUS`'s for the code."""
+        return self._http_status or HTTP_STATUS.get(self.code, 502)
 
     @classmethod
     def from_serving(cls, exc: ServingError | DeadlineExceeded) -> OipError:
         """The answer to a serving failure or the request's own deadline.
 
         Serving's INVALID_ARGUMENT is the client's input here (the front passes tensors on as
-        sent), so it stays 400; an answer serving should not have given is INTERNAL (502).
+        sent), so it stays 400; an answer serving should not have given is INTERNAL (502);
+        serving's REST 413 (its `--rest_api_max_body_bytes`, met by the translated Predict) is
+        RESOURCE_EXHAUSTED, 413 over REST, as a body over `OIP__MAX_BODY_BYTES` is.
         """
         if isinstance(exc, DeadlineExceeded):
             return cls(Code.DEADLINE_EXCEEDED, str(exc))
+        if exc.status_code == 413:
+            # Serving's REST body limit met the Predict this request became: the request is
+            # too large for this deployment, answered as the API's own body limit is.
+            return cls(
+                Code.RESOURCE_EXHAUSTED,
+                f"the request is too large: as TF Serving's Predict JSON it is over the serving tier's body "
+                f"limit, which OIP__MAX_BODY_BYTES does not account for (serving: {exc.message}); send fewer "
+                "elements per request",
+                serving_code=exc.code,
+                http_status=413,
+            )
         code = Code.INTERNAL if isinstance(exc, ServingBadResponse) else exc.code
         return cls(code, f"serving tier: {exc.message}", serving_code=exc.code)
 

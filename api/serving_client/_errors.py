@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from api.serving_client._deadline import Deadline
+from api.serving_client._tf_messages import without_graph_internals
 from canonical_codes import Code
 
 # Wordings the transports share, so one failure reads the same over REST, over gRPC and
@@ -50,7 +51,8 @@ class ServingError(Exception):
 
     Attributes:
         message: human-readable reason (at most `MAX_MESSAGE_CHARS`), safe to show to
-            API callers; names the model, replica or tensor when known.
+            API callers: names the model or tensor when known, never TensorFlow's graph
+            nodes, tracebacks or function names (`_tf_messages.without_graph_internals`).
         code: canonical code of the failure.
         status_code: HTTP status the serving tier answered with (REST only), if any.
         replica_down: True when the replica could not be reached at all (connection
@@ -70,7 +72,8 @@ class ServingError(Exception):
         replica_down: bool = False,
         target: str | None = None,
     ) -> None:
-        self.message = truncate(message)
+        # Callers see it: TensorFlow's node names and tracebacks are left out first.
+        self.message = truncate(without_graph_internals(message))
         super().__init__(self.message)
         self.code = code if code is not None else self.default_code
         self.status_code = status_code

@@ -74,17 +74,19 @@ def _flag(default: Any, help: str) -> Any:  # noqa: A002 - argparse's word
     return field(default=default, metadata={"help": help})
 
 
-#: The request limits' defaults (flags of ours: TF Serving has none of these). A REST body costs
-#: the event loop its parse, decode and answer, and the loop serves no one else meanwhile:
-#: measured on a shared 2-core machine, a 1 MiB fraud body (7,300 rows) takes ~10-12 ms, a
-#: 16 MiB one ~240 ms. No size keeps a client that sends such bodies back to back from costing
-#: the others (make bench-serving's hostile-neighbour row: one-row requests at 500/s had a p99
-#: of 4.8 ms quiet, 49.8 ms beside 1 MiB bodies, 2.5x beside 256 KiB ones); 1 MiB bounds that
-#: cost to ~10 ms a request while leaving room for batches and small images. The head limit is
-#: 4x what most HTTP servers allow (nginx 8 KiB per line, Node 16 KiB). The element cap (64 MiB
+#: The request limits' defaults (flags of ours: TF Serving has none of these). The body limit is
+#: the largest Predict the API tier can send for a request its own limits let in: an OIP request
+#: of `OIP__MAX_BODY_BYTES` (4 MiB) with binary data grows as TF Serving's columnar JSON (a float32
+#: written as a double's shortest text, `false` for a BOOL byte, brackets per row): measured, 4 MiB
+#: of FP32 rows of 11 became 19.4 MiB, of FP32 [N, 1] 21.3 MiB, of BOOL [N, 1] 30.0 MiB; 64 MiB,
+#: the buffered-body budget, leaves room for that. What a large body costs the others is bounded
+#: by the JSON worker processes (`--rest_api_num_json_processes`), which parse bodies of 64 KiB and
+#: more off the event loop at the lowest CPU priority: measured on a shared 2-core machine, a
+#: 1 MiB fraud body (7,300 rows) takes ~10-12 ms to parse, a 16 MiB one ~240 ms. The head limit
+#: is 4x what most HTTP servers allow (nginx 8 KiB per line, Node 16 KiB). The element cap (64 MiB
 #: of float32; 100 images of 224x224x3) is what bounds a gRPC request's tensors before they are
 #: allocated.
-DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 DEFAULT_MAX_HEADER_BYTES = 64 * 1024
 DEFAULT_BODY_READ_TIMEOUT_MS = 30_000
 DEFAULT_MAX_REQUEST_ELEMENTS = 16 * 1024 * 1024

@@ -1,10 +1,12 @@
-"""The API's authentication on the OIP gRPC front: the request middleware's front door
-(`api.security.front_door.FrontDoor`) checks every gRPC call through the call hook
-(`api.oip.hooks.front_door_check`). Both tiers as real processes (the API as one uvicorn process)."""
+"""The API's authentication and rate limits on the OIP gRPC front: the request middleware's front
+door (`api.security.front_door.FrontDoor`) checks every gRPC call through the call hook
+(`api.oip.hooks.front_door_check`), and a refusal carries the REST answer's headers as trailing
+metadata. Both tiers as real processes (the API as one uvicorn process)."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import secrets
 from collections.abc import Iterator
 
@@ -16,6 +18,9 @@ from api.protos.inference import open_inference_grpc_pb2_grpc as pb_grpc
 from tests.support import Serving, free_port, http_ok, start_api
 
 KEY = secrets.token_urlsafe(32)
+METADATA_METHOD = "/inference.GRPCInferenceService/ModelMetadata"
+#: One ModelMetadata call per client every 100 s: the second is refused.
+RATE_LIMITS = {METADATA_METHOD: {"rate": 0.01, "burst": 1}}
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +39,7 @@ def grpc_target(example_serving: Serving, tmp_path_factory: pytest.TempPathFacto
         OIP__MODELS="fraud",
         OIP__GRPC_PORT=str(grpc_port),
         OIP__GRPC_HOST="127.0.0.1",
+        RATE_LIMITS__ROUTES=json.dumps(RATE_LIMITS),
     )
     try:
         api.wait_ready(lambda: http_ok(f"http://127.0.0.1:{port}/readyz"), 60, "/readyz")
@@ -63,6 +69,28 @@ def test_a_call_without_a_valid_key_is_unauthenticated(
         _infer(grpc_target, metadata)
     assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
     assert detail in (refused.value.details() or "")
+    # The REST 401's WWW-Authenticate challenge (AUTH__REALM's default realm; RFC 6750's
+    # error="invalid_token" for a key given but not valid).
+    trailing = dict(refused.value.trailing_metadata() or ())
+    challenge = 'Bearer realm="tfserve-split"'
+    if metadata:
+        challenge += ', error="invalid_token", error_description="unknown or revoked API key"'
+    assert trailing["www-authenticate"] == challenge, trailing
+
+
+def test_a_rate_limited_call_says_when_to_retry(grpc_target: str) -> None:
+    with grpc.insecure_channel(grpc_target) as channel:
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        request = pb.ModelMetadataRequest(name="fraud")
+        metadata = (("x-api-key", KEY),)
+        assert stub.ModelMetadata(request, metadata=metadata, timeout=10).name == "fraud"
+        with pytest.raises(grpc.RpcError) as limited:
+            stub.ModelMetadata(request, metadata=metadata, timeout=10)
+    assert limited.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    trailing = dict(limited.value.trailing_metadata() or ())
+    # The REST 429's Retry-After: whole seconds until the bucket has a token (1 every 100 s).
+    assert 1 <= int(trailing["retry-after"]) <= 100, trailing
+    assert trailing["x-request-id"], trailing
 
 
 @pytest.mark.parametrize("header", ["x-api-key", "authorization"])

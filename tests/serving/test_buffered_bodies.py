@@ -23,14 +23,16 @@ from tests.support import wait_until
 pytestmark = pytest.mark.http_hardening  # on uvicorn's internals: .ci/run runs these on its newest release too
 
 BUDGET = 4 * 1024 * 1024
-LARGE = 1024 * 1024  # the default --rest_api_max_body_bytes: four of them fill the budget
+LARGE = 1024 * 1024  # the server's --rest_api_max_body_bytes here: four of them fill the budget
 PREDICT = "/v1/models/fraud:predict"
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ExampleServer]:
     workdir = tmp_path_factory.mktemp("buffered")
-    with running_example_server(workdir, rest_api_max_buffered_body_bytes=BUDGET) as running:
+    with running_example_server(
+        workdir, rest_api_max_buffered_body_bytes=BUDGET, rest_api_max_body_bytes=LARGE
+    ) as running:
         yield running
 
 
