@@ -8,6 +8,7 @@ transport's own seam) and, for connection handling, a real asyncio server on loo
 
 from __future__ import annotations
 
+import array
 import asyncio
 import math
 import time
@@ -56,6 +57,7 @@ from api.serving_client._http1 import (
 from api.serving_client._json import loads, predict_body, predict_path, tensor_from_json
 from api.serving_client._replicas import ReplicatedClient, RoundRobin
 from api.serving_client._rest import RestTransport
+from api.serving_client._types import nest
 
 pytestmark = pytest.mark.anyio
 
@@ -579,3 +581,29 @@ def test_deadline_arithmetic() -> None:
     with pytest.raises(DeadlineExceeded, match="before calling serving"):
         Deadline.after(-1).check("calling serving")
     assert DataType.DT_FLOAT == 1
+
+
+
+def _nest_by_definition(flat: list[int], shape: tuple[int, ...]) -> object:
+    """Row-major nesting as the columnar JSON format defines it, one dimension at a time."""
+    if not shape:
+        return flat[0]
+    step = math.prod(shape[1:])
+    if len(shape) == 1:
+        return list(flat)
+    return [_nest_by_definition(flat[i * step : (i + 1) * step], shape[1:]) for i in range(shape[0])]
+
+
+@pytest.mark.parametrize("shape", [(5,), (4, 1), (3, 2), (2, 0), (2, 3, 2), (1, 1, 1, 4), ()])
+def test_nest_is_row_major_for_every_rank(shape: tuple[int, ...]) -> None:
+    flat = list(range(math.prod(shape)))
+    assert nest(flat, shape) == _nest_by_definition(flat, shape)
+
+
+def test_nest_of_a_large_tensor_is_row_major_and_leaves_the_collector_on() -> None:
+    import gc
+
+    flat = array.array("f", range(100_000))
+    assert nest(flat, (100_000, 1)) == [[float(v)] for v in range(100_000)]
+    assert nest(flat, (50_000, 2))[-1] == [99_998.0, 99_999.0]  # type: ignore[index]
+    assert gc.isenabled()
