@@ -310,6 +310,12 @@ class Generator:
             for conn in [c for c in self.conns.values() if c.state == _BUSY]:
                 if now - conn.arrival > self.timeout_s:
                     self._fail(conn, "timeout")
+            # A connect whose SYNs the server's full accept queue dropped is retried by the
+            # kernel for minutes (1, 3, 7, 15 s ...): it times out like an unanswered request,
+            # or the run would wait for it long after its end.
+            for conn in list(self.conns.values()):
+                if conn.pending is not None and now - conn.pending[0] > self.timeout_s:
+                    self._fail(conn, "timeout")
         return done
 
     def in_flight(self) -> int:

@@ -445,9 +445,9 @@ class HardenedHttpProtocol(HttpToolsProtocol):
         TcpExtListenOverflows, thousands in a run), so the dropped SYNs come back after the
         kernel's 1 s and 3 s retries: requests the server never sees in time to refuse, which
         fail at the client. Measured (`python -m bench.overload --setups split`, the API and
-        serving pinned to one shared CPU, keep-alive clients): at 2-4x capacity the refusals
-        that closed left goodput at 13-15 % of capacity, most failures client timeouts, the
-        503s' p50 2.5-3.6 s; kept open, 76-101 %, the 503s' p50 23-38 ms. A small body
+        serving pinned to one shared CPU, keep-alive clients, three runs): at 3x capacity the
+        refusals that closed left goodput at 13-61 % of capacity, most failures client
+        timeouts, the 503s' p50 0.6-3.6 s; kept open, 97-101 %, the 503s' p50 23-41 ms. A small body
         is in the same read as its head (or the next), so reading it costs less than a
         reconnect; a large one (over `max_body`, or of unknown length) is refused at once
         and its connection closed lingering, so it is never read before its refusal.
