@@ -11,7 +11,7 @@ running `api.http_server.ApiHttpProtocol`, which enforces gunicorn's `limit_requ
 request already on its way, with `Connection: close`; default 1, at most half of
 `graceful_timeout`), and controlled-delay admission from the accept queue on
 (`API_ADMISSION_TARGET_MS`, `API_ADMISSION_INTERVAL_MS`; `http_hardening.admission`) over a
-small listen backlog (`API_BACKLOG`, 256). The open-files soft limit is raised to the hard limit here, in the
+listen backlog (`API_BACKLOG`, 2048). The open-files soft limit is raised to the hard limit here, in the
 master, before the listening socket is opened; the workers inherit it.
 
 Workers: `WEB_CONCURRENCY`, else one per CPU of the container's quota (cgroup v2
@@ -124,15 +124,17 @@ for _var in THREAD_ENV_VARS:
     os.environ.setdefault(_var, str(threads_per_worker(_cpus, workers)))
 
 bind = os.environ.get("API_BIND", "0.0.0.0:8000")
-# The listening socket's accept queue (gunicorn's default: 2048). Under overload the kernel
-# holds the connections the workers have not accepted yet there, unanswered: at 750
-# requests/s against a capacity of 250, 2,048 is nearly 3 s of arrivals, which the workers
-# then answer long after their clients gave up. 256 bounds it to about a third of a second
-# of such a burst; the workers accept each loop turn and shed by the wait
-# (`http_hardening.admission`), so the queue stays far shorter while they keep up; a
-# connection beyond it waits in the client's SYN retry (1 s), the kernel's own push-back.
-# API_BACKLOG; the kernel caps it at net.core.somaxconn.
-backlog = int(os.environ.get("API_BACKLOG", "256"))
+# The listening socket's accept queue (gunicorn's default, 2048, kept). A connection that
+# waits there is not hidden latency: its arrival is read from the kernel (`TCP_INFO`) when
+# its head is, and under a standing queue it is refused 503 from its head at once
+# (`http_hardening.admission`), about 0.1 ms of the worker's time. A connection beyond the
+# queue is worse off: the kernel drops its SYN and the client retries after 1 s, then 3 s,
+# a request neither served nor refused within its budget. Measured at 3x capacity with the
+# API and serving pinned to one CPU (`bench.loadgen`, ~510 keep-alive connections opened as
+# latency grew): with 256, the queue overflowed about 1,000 times in 8 s (`nstat`
+# TcpExtListenOverflows) and 159 requests timed out; with 2048, none overflowed and 92 timed
+# out. API_BACKLOG; the kernel caps it at net.core.somaxconn.
+backlog = int(os.environ.get("API_BACKLOG", "2048"))
 worker_class = "api.http_server.worker.ApiUvicornWorker"
 # The app factory does nothing at import and creates its clients, threads and files in
 # the lifespan, inside each worker, so preloading is safe and shares the imported code

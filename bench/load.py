@@ -76,6 +76,7 @@ class OpenLoopResult:
     load_busy_cores: float  # the same without its non-blocking polls before an arrival
     notes: list[str] = field(default_factory=list)
     statuses: dict[str, int] = field(default_factory=dict)  # the non-2xx answers by status code
+    refused_latency: LatencySummary | None = None  # the 503s' latencies (how fast shedding answered)
 
 
 @dataclass(frozen=True)
@@ -143,6 +144,7 @@ def open_loop_result(raw: dict[str, Any]) -> OpenLoopResult:
         load_cpu_cores=raw["cpu_cores"],
         load_busy_cores=raw["busy_cores"],
         statuses=raw.get("statuses", {}),
+        refused_latency=_latency(raw.get("refused_latency")),
     )
 
 

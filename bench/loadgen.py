@@ -76,7 +76,7 @@ class _Conn:
     """One keep-alive connection with at most one request in flight (no pipelining)."""
 
     __slots__ = (
-        "sock", "fd", "state", "parser", "complete", "arrival", "sent_at", "last_used", "out",
+        "sock", "fd", "state", "parser", "complete", "keep_alive", "arrival", "sent_at", "last_used", "out",
         "pending",
     )
 
@@ -86,6 +86,7 @@ class _Conn:
         self.state = _CONNECTING
         self.parser: httptools.HttpResponseParser | None = None
         self.complete = False
+        self.keep_alive = False
         self.arrival = 0.0
         self.sent_at = 0.0
         self.last_used = 0.0
@@ -94,6 +95,10 @@ class _Conn:
 
     def on_message_complete(self) -> None:  # httptools callback
         self.complete = True
+        # Read here: once the message is complete the parser has reset for the next one and
+        # says False (httptools 0.7), which closed every connection after one answer.
+        assert self.parser is not None
+        self.keep_alive = self.parser.should_keep_alive()
 
 
 class Generator:
@@ -117,6 +122,7 @@ class Generator:
         self.idle: list[_Conn] = []  # LIFO
         self.next_request = 0
         self.latencies_ms = array("d")
+        self.refused_ms = array("d")  # latencies of the 503 answers (shed: how fast a refusal came)
         self.gen_lag_ms = array("d")  # send lag of requests that found a connection at once
         self.ok = 0
         self.errors = {"status": 0, "connect": 0, "read": 0, "timeout": 0}
@@ -126,6 +132,7 @@ class Generator:
         self.late = 0  # answered later than the SLO (early-stop bookkeeping)
         self.slo_s = float("inf")
         self.most_connections = 0
+        self.opened = 0  # connections opened during the run (each one passed the accept queue)
         self.spin_s = 0.0
         self._last_scan = 0.0
 
@@ -141,6 +148,7 @@ class Generator:
             sock.close()
             raise OSError(code, f"connect to {self.address}: {errno.errorcode.get(code, code)}")
         self.conns[conn.fd] = conn
+        self.opened += 1
         self.most_connections = max(self.most_connections, len(self.conns))
         self.epoll.register(conn.fd, select.EPOLLOUT | select.EPOLLIN)
         return conn
@@ -255,7 +263,7 @@ class Generator:
         if not conn.complete:
             return None
         status = conn.parser.get_status_code()
-        keep_alive = conn.parser.should_keep_alive()
+        keep_alive = conn.keep_alive
         latency_ms = (now - conn.arrival) * 1e3
         if latency_ms > self.timeout_s * 1e3:
             self.errors["timeout"] += 1
@@ -269,6 +277,8 @@ class Generator:
         else:
             self.errors["status"] += 1
             self.statuses[str(status)] = self.statuses.get(str(status), 0) + 1
+            if status == 503:
+                self.refused_ms.append(latency_ms)
         return self._done(conn, now, keep_alive)
 
     def _done(self, conn: _Conn, now: float, keep_alive: bool) -> _Conn | None:
@@ -299,6 +309,12 @@ class Generator:
             self._last_scan = now
             for conn in [c for c in self.conns.values() if c.state == _BUSY]:
                 if now - conn.arrival > self.timeout_s:
+                    self._fail(conn, "timeout")
+            # A connect whose SYNs the server's full accept queue dropped is retried by the
+            # kernel for minutes (1, 3, 7, 15 s ...): it times out like an unanswered request,
+            # or the run would wait for it long after its end.
+            for conn in list(self.conns.values()):
+                if conn.pending is not None and now - conn.pending[0] > self.timeout_s:
                     self._fail(conn, "timeout")
         return done
 
@@ -414,9 +430,11 @@ class Generator:
             "unanswered": unanswered if stopped_early else 0,
             "late": late,
             "latency": _summary(self.latencies_ms),
+            "refused_latency": _summary(self.refused_ms),
             "generator_lag_p99_ms": lag_p99,
             "stopped_early": stopped_early,
             "most_connections": self.most_connections,
+            "connections_opened": self.opened,
             "cpu_cores": cpu_s / elapsed if elapsed > 0 else 0.0,
             "busy_cores": max(0.0, cpu_s - self.spin_s) / elapsed if elapsed > 0 else 0.0,
         }
@@ -515,9 +533,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     connect; read: connection closed or garbled; timeout: no answer within `--timeout`),
     `latency` (milliseconds from the arrival, 2xx answers only; after an early stop also
     the requests then unanswered, at their age then), `late` (of those, the ones over
-    `--slo-ms`), `statuses` (the non-2xx answers by code), `slowest_ms` (the latest answer of
+    `--slo-ms`), `statuses` (the non-2xx answers by code), `refused_latency` (the 503s'
+    latencies, from the arrival too: how fast a shed request learnt it), `slowest_ms` (the latest answer of
     any status), `generator_lag_p99_ms` (how late it
-    sent the requests that found a free connection), `stopped_early` (why, or ""),
+    sent the requests that found a free connection), `connections_opened` (during the run),
+    `stopped_early` (why, or ""),
     `cpu_cores` / `busy_cores` (the
     generator's CPU, with and without its non-blocking polls before an arrival).
     Closed loop: `sent`, `ok`, `achieved_rps`, `errors`, `latency` (from the actual send).

@@ -12,7 +12,9 @@ pinned to all CPUs but the last, the load generator `bench.loadgen` on the last)
 the capacity in a closed loop (`--connections` back to back after a warm-up), then offers
 Poisson arrivals at each of `--factors` times that capacity for `--seconds` each, and prints one
 row per step: offered, goodput (answers 200 within `--budget-ms` of their arrival, per second
-and as a share of capacity), 503s, other failures and the 200s' p50/p99. The budget defaults to
+and as a share of capacity), 503s, other failures (and by kind: late 200s, other statuses,
+timeouts, reads cut, connects failed), the 200s' and the 503s' p50/p99 (a shed request should
+learn it within milliseconds) and the generator's own send lag. The budget defaults to
 the API's own (`REQUEST_TIMEOUT_S`, 2 s), so the split's 504s are counted as failures.
 
 A busy machine makes the figures noise: run it on an otherwise idle one.
@@ -55,6 +57,17 @@ class Step:
     other_failures: int  # other statuses, late 200s, connect/read errors, timeouts
     p50_ms: float | None
     p99_ms: float | None
+    # The failures by kind: late 200s, other statuses (504...), and the requests with no
+    # answer: timeouts (none within the generator's timeout), read (connection closed or
+    # reset with the request in flight), connect.
+    late: int = 0
+    other_statuses: int = 0
+    timeouts: int = 0
+    read_errors: int = 0
+    connect_errors: int = 0
+    refused_p50_ms: float | None = None  # the 503s': how fast a shed request was told
+    refused_p99_ms: float | None = None
+    generator_lag_p99_ms: float = 0.0  # how late the generator itself sent (bench.loadgen)
 
 
 def measure(setup_name: str, factors: Sequence[float], seconds: float, budget_ms: float, tmp: Path) -> list[Step]:
@@ -93,11 +106,20 @@ def step(setup: str, factor: float, capacity: float, run: OpenLoopResult) -> Ste
         other_failures=run.errors.total - refused + run.late + run.unanswered,
         p50_ms=run.latency.p50_ms if run.latency else None,
         p99_ms=run.latency.p99_ms if run.latency else None,
+        late=run.late,
+        other_statuses=run.errors.status - refused,
+        timeouts=run.errors.timeout,
+        read_errors=run.errors.read,
+        connect_errors=run.errors.connect,
+        refused_p50_ms=run.refused_latency.p50_ms if run.refused_latency else None,
+        refused_p99_ms=run.refused_latency.p99_ms if run.refused_latency else None,
+        generator_lag_p99_ms=run.generator_lag_p99_ms,
     )
 
 
 HEADER = ("setup", "x capacity", "offered/s", "goodput/s", "goodput % of capacity", "503", "other failed",
-          "p50 ms", "p99 ms")  # fmt: skip
+          "late / other status / timeout / read / connect", "p50 ms", "p99 ms", "503 p50 ms", "503 p99 ms",
+          "generator lag p99 ms")  # fmt: skip
 
 
 def table(steps: Sequence[Step]) -> str:
@@ -108,7 +130,9 @@ def table(steps: Sequence[Step]) -> str:
 
     rows = [HEADER] + [
         (s.setup, f"{s.factor:g}", f"{s.offered_rps:.0f}", f"{s.goodput_rps:.0f}", f"{s.goodput_share:.0%}",
-         str(s.refused_503), str(s.other_failures), ms(s.p50_ms), ms(s.p99_ms))
+         str(s.refused_503), str(s.other_failures),
+         f"{s.late} / {s.other_statuses} / {s.timeouts} / {s.read_errors} / {s.connect_errors}",
+         ms(s.p50_ms), ms(s.p99_ms), ms(s.refused_p50_ms), ms(s.refused_p99_ms), f"{s.generator_lag_p99_ms:.1f}")
         for s in steps
     ]  # fmt: skip
     lines = ["| " + " | ".join(r) + " |" for r in rows]

@@ -50,7 +50,16 @@ import time
 from dataclasses import dataclass
 from typing import Any, Final
 
-__all__ = ["ARRIVAL_EXTENSION", "INTERVAL_S", "TARGET_S", "AdmissionLimits", "ControlledDelay", "arrival", "arrival_of"]
+__all__ = [
+    "ARRIVAL_EXTENSION",
+    "INTERVAL_S",
+    "KEEP_ALIVE_BODY_BYTES",
+    "TARGET_S",
+    "AdmissionLimits",
+    "ControlledDelay",
+    "arrival",
+    "arrival_of",
+]
 
 #: A request that waited this long is fresh, seconds. The paper's 5 ms is for C++ servers
 #: whose requests take microseconds. A Python worker saturated but keeping up (a closed loop
@@ -64,6 +73,11 @@ TARGET_S: Final = 0.050
 #: seconds of work per second, so requests admitted at the end of an interval waited about
 #: `TARGET_S + 2 * INTERVAL_S` (0.45 s): within a 1 s budget.
 INTERVAL_S: Final = 0.200
+
+#: A refused request's body up to this size is read (and discarded) so that its connection
+#: stays open: a score request's body (about 1 KiB) arrives with its head. Larger ones are
+#: refused before they are read (a body of 1 MB takes a loop turn or more to arrive).
+KEEP_ALIVE_BODY_BYTES: Final = 64 * 1024
 
 _TCP_INFO_BYTES: Final = 104  # enough of `struct tcp_info` for the field below
 _LAST_DATA_RECV: Final = struct.Struct("I")  # u32 tcpi_last_data_recv, milliseconds
@@ -79,11 +93,16 @@ class AdmissionLimits:
         interval_s: a queue above `target_s` for this long is standing; also the longest
             wait admitted while it is not, seconds (`INTERVAL_S`).
         exempt_paths: request paths never refused for their wait (the probes).
+        keep_alive_body_bytes: a refused request announcing at most this body
+            (`Content-Length`) is answered once its body is read, on a connection kept
+            open; a larger one, or a chunked one, at once, and its connection closed
+            unread (`KEEP_ALIVE_BODY_BYTES`).
     """
 
     target_s: float = TARGET_S
     interval_s: float = INTERVAL_S
     exempt_paths: frozenset[str] = frozenset()
+    keep_alive_body_bytes: int = KEEP_ALIVE_BODY_BYTES
 
 
 class ControlledDelay:

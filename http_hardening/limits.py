@@ -83,6 +83,10 @@ class Refusal(enum.Enum):
     OVERLOADED = "overloaded"
     """The request waited longer than admission allows (`HttpLimits.admission`,
     `http_hardening.admission`): 503, before the app sees it."""
+    AT_CAPACITY = "at_capacity"
+    """The tier has as many requests in its app as it takes (`HardenedHttpProtocol.
+    at_capacity`, e.g. the API's in-flight limit): 503, decided from the head, before the
+    body is read or the app sees it."""
 
     @property
     def status(self) -> int:
@@ -99,6 +103,7 @@ _STATUS: Final = {
     Refusal.SHUTDOWN: 503,
     Refusal.MISSING_HOST: 400,
     Refusal.OVERLOADED: 503,
+    Refusal.AT_CAPACITY: 503,
 }
 
 

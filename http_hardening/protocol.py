@@ -46,7 +46,11 @@ plus, per connection (`HttpLimits` has the numbers):
   reached the host, so its time in the accept queue counts) and passed to the app in the
   scope (`ARRIVAL_EXTENSION`, its deadline runs from there); once its head is complete, a
   request that waited longer than controlled-delay admission allows is answered 503 at once,
-  before the app sees it (the paths in `exempt_paths`, the probes, never are).
+  before the app sees it (the paths in `exempt_paths`, the probes, never are); so is one the
+  tier is at capacity for (`at_capacity`, the API's in-flight limit). A refused request whose
+  announced body is at most `AdmissionLimits.keep_alive_body_bytes` is answered once that body
+  is read (discarded) and its connection stays open; a larger or chunked one is answered at
+  once, unread, with `Connection: close` and a lingering close.
 - **Unread answers** (Envoy's per-connection buffer limit): while a connection's answers wait
   to be written above the transport's high-water mark (its client reads nothing), no further
   pipelined request is started nor read; past `max_pending_write_bytes` waiting, or writes
@@ -216,6 +220,8 @@ class HardenedHttpProtocol(HttpToolsProtocol):
         self._sock: Any = None  # the TCP socket, for its arrival times (None: not TCP)
         self._arrival = 0.0
         self._declared = 0  # the body the request being parsed announced, bytes
+        # The refusal of the request being parsed, answered once its (small) body is in.
+        self._shedding: Refusal | None = None
         self._write_timer: asyncio.TimerHandle | None = None
         self._completion_held = False  # a response completed while writes were paused
         admission = limits.admission
@@ -250,6 +256,12 @@ class HardenedHttpProtocol(HttpToolsProtocol):
     def request_waited(self, sojourn_s: float, admitted: bool) -> None:
         """A request head is complete, `sojourn_s` seconds after its bytes reached the host;
         admission let it in or not (called only with `HttpLimits.admission`)."""
+
+    def at_capacity(self) -> bool:
+        """True to refuse the request whose head is complete (`self.url`, `self.headers`)
+        with 503 `Refusal.AT_CAPACITY`, before its body is read or the app sees it (the
+        default refuses none). Called for every request that admission let in."""
+        return False
 
     def connection_dropped(self, reason: str) -> None:
         """The connection is being closed without an answer: `unread_answers` (answers
@@ -360,6 +372,12 @@ class HardenedHttpProtocol(HttpToolsProtocol):
             self._head_timer.cancel()
             self._head_timer = None
         self._check_head()
+        if self._shedding is not None:
+            # Refused, answered once its (small) body is in: no cycle, no task, nothing for
+            # the app. A body that does not come is bounded like a head.
+            if self.http_limits.header_timeout_s is not None:
+                self._head_timer = self.loop.call_later(self.http_limits.header_timeout_s, self.close_now)
+            return
         self.connection_busy()
         super().on_headers_complete()
         extensions = self.scope.get("extensions")
@@ -399,12 +417,84 @@ class HardenedHttpProtocol(HttpToolsProtocol):
                 admitted = path in admission.limits.exempt_paths
             self.request_waited(sojourn, admitted)
             if not admitted:
-                raise _Refused(Refusal.OVERLOADED)
+                self._shed(Refusal.OVERLOADED, declared, admission.limits.keep_alive_body_bytes)
+                return
+        if self.at_capacity():
+            # Decided here, not in the app: there the refusal waits for its task's turn
+            # behind the work of every request already taken (measured: 1.1 MB OIP bodies,
+            # 120 at once on one worker, were refused 2.0-3.1 s after they were sent, their
+            # bodies read first).
+            keep_alive_bytes = admission.limits.keep_alive_body_bytes if admission is not None else 0
+            self._shed(Refusal.AT_CAPACITY, declared, keep_alive_bytes)
+
+    def _shed(self, refusal: Refusal, declared: int, keep_alive_bytes: int) -> None:
+        """Refuse the request whose head is complete: after its body when it is small (the
+        connection kept open), else at once (raised to stop the parser)."""
+        if self._may_shed_keeping_alive(declared, keep_alive_bytes):
+            self._shedding = refusal
+            return
+        raise _Refused(refusal)
+
+    def _may_shed_keeping_alive(self, declared: int, max_body: int) -> bool:
+        """Whether a refused request may be answered after its body, on a connection kept open.
+
+        A refusal that closes the connection sends its client through connect() and the
+        listening socket again for its next request, and under overload most requests are
+        refused: each refusal then costs an accept, a new protocol and a close besides the
+        answer, and the 256-deep accept queue overflows between the loop's turns (`nstat`
+        TcpExtListenOverflows, thousands in a run), so the dropped SYNs come back after the
+        kernel's 1 s and 3 s retries: requests the server never sees in time to refuse, which
+        fail at the client. Measured (`python -m bench.overload --setups split`, the API and
+        serving pinned to one shared CPU, keep-alive clients, three runs): at 3x capacity the
+        refusals that closed left goodput at 13-61 % of capacity, most failures client
+        timeouts, the 503s' p50 0.6-3.6 s; kept open, 97-101 %, the 503s' p50 23-41 ms. A small body
+        is in the same read as its head (or the next), so reading it costs less than a
+        reconnect; a large one (over `max_body`, or of unknown length) is refused at once
+        and its connection closed lingering, so it is never read before its refusal.
+        """
+        if declared > max_body or self._shutting_down or self.pipeline:
+            return False
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            return False  # an earlier response is still written: no answer may pass it
+        return all(name != b"transfer-encoding" for name, _ in self.headers)
+
+    def on_body(self, body: bytes) -> None:
+        if self._shedding is not None:
+            return  # a refused request's body: discarded
+        super().on_body(body)
 
     def on_message_complete(self) -> None:
+        refusal = self._shedding
+        if refusal is not None:
+            self._shedding = None
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+            self._in_head = True
+            self._head_bytes = 0
+            self._answer_shed(refusal, keep_alive=self.parser.should_keep_alive() and not self._shutting_down)
+            return
         super().on_message_complete()
         self._in_head = True
         self._head_bytes = 0
+
+    def _answer_shed(self, refusal: Refusal, *, keep_alive: bool) -> None:
+        """Answer a request refused for overload whose body has been read; the connection
+        stays open for the client's next request when it asked to."""
+        answer = self.error_answer(refusal)
+        if self.transport.is_closing():
+            return
+        self._write(self._answer_bytes(refusal, answer, keep_alive=keep_alive))
+        self.server_state.total_requests += 1
+        if not keep_alive:
+            self.transport.close()
+        elif not self.transport.is_closing():
+            self.connection_idle()
+            self._unset_keepalive_if_required()
+            self.timeout_keep_alive_task = self.loop.call_later(
+                self.timeout_keep_alive, self.timeout_keep_alive_handler
+            )
 
     def on_response_complete(self) -> None:
         if self._lingering:  # closed by the cycle after an early answer (Connection: close)
@@ -496,20 +586,24 @@ class HardenedHttpProtocol(HttpToolsProtocol):
             # an answer now would interleave with it.
             self.transport.close()
             return
-        head = [STATUS_LINE[refusal.status]]
-        for name, value in self.server_state.default_headers:
-            head += [name, b": ", value, b"\r\n"]
-        head += [b"content-type: ", answer.content_type, b"\r\n", b"content-length: %d\r\n" % len(answer.body)]
-        for name, value in answer.headers:
-            head += [name, b": ", value, b"\r\n"]
-        head += [b"connection: close\r\n\r\n", answer.body]
-        self.transport.write(b"".join(head))
+        self.transport.write(self._answer_bytes(refusal, answer, keep_alive=False))
         if refusal is Refusal.SHUTDOWN and cycle is not None:
             # The request's app has not answered: its receive() returns http.disconnect now
             # and what it sends is dropped; the answer on the wire is this one.
             cycle.disconnected = True
             cycle.message_event.set()
         self._linger_close()
+
+    def _answer_bytes(self, refusal: Refusal, answer: ErrorAnswer, *, keep_alive: bool) -> bytes:
+        """The whole response to `refusal`: status line, headers, body."""
+        head = [STATUS_LINE[refusal.status]]
+        for name, value in self.server_state.default_headers:
+            head += [name, b": ", value, b"\r\n"]
+        head += [b"content-type: ", answer.content_type, b"\r\n", b"content-length: %d\r\n" % len(answer.body)]
+        for name, value in answer.headers:
+            head += [name, b": ", value, b"\r\n"]
+        head += [b"\r\n" if keep_alive else b"connection: close\r\n\r\n", answer.body]
+        return b"".join(head)
 
     def _close_after_response(self) -> None:
         """What the response cycle's `transport.close()` does (see `_CycleTransport`)."""

@@ -20,10 +20,12 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+import httptools
 import orjson
 
 from api.http_server.connections import registry_for
 from api.http_server.limits import ConnectionLimits
+from api.request.admission.in_flight import claimed_board
 from api.request.admission.rules import EXEMPT_PATHS
 from api.request.context import new_request_id
 from api.request.errors import RETRY_AFTER_S
@@ -46,6 +48,7 @@ _CODES: Final = {
     Refusal.SHUTDOWN: ("service_unavailable", "shutdown"),
     Refusal.MISSING_HOST: ("bad_request", "missing_host"),
     Refusal.OVERLOADED: ("overloaded", "queue_delay"),
+    Refusal.AT_CAPACITY: ("overloaded", "in_flight"),
 }
 _RETRY_AFTER: Final = (b"retry-after", str(RETRY_AFTER_S).encode("ascii"))
 
@@ -84,6 +87,13 @@ class ApiHttpProtocol(HardenedHttpProtocol):
     def request_waited(self, sojourn_s: float, admitted: bool) -> None:
         self.registry.waited(sojourn_s)
 
+    def at_capacity(self) -> bool:
+        """The workers are at their limit of requests in flight (`MAX_IN_FLIGHT_REQUESTS`,
+        `api.request.admission.in_flight`): refused from the head, before the body is read."""
+        board = claimed_board()
+        if board is None or not board.full():
+            return False
+        return httptools.parse_url(self.url).path.decode("latin-1") not in EXEMPT_PATHS
     def connection_dropped(self, reason: str) -> None:
         self.registry.closed(reason)
 
@@ -99,7 +109,7 @@ class ApiHttpProtocol(HardenedHttpProtocol):
         request_id = new_request_id()
         body = orjson.dumps({"detail": self._detail(refusal), "code": code, "request_id": request_id})
         headers = [(b"x-request-id", request_id.encode("ascii"))]
-        if refusal is Refusal.OVERLOADED:
+        if refusal in (Refusal.OVERLOADED, Refusal.AT_CAPACITY):
             headers.append(_RETRY_AFTER)
         return ErrorAnswer(body, headers)
 
@@ -122,4 +132,10 @@ class ApiHttpProtocol(HardenedHttpProtocol):
                 f"overloaded: requests have waited over {limits.admission_target_s * 1000:g} ms for "
                 f"{limits.admission_interval_s * 1000:g} ms; this one waited too long to be served in time"
             )
+        if refusal is Refusal.AT_CAPACITY:
+            board = claimed_board()
+            if board is None:
+                return "at the limit of requests in flight"
+            busy, limit = board.totals()
+            return f"at the limit of requests in flight ({busy} of {limit}, {board.per_worker} per worker)"
         return "the server is shutting down"

@@ -246,7 +246,10 @@ class ConnectionMetrics:
     process does not export them.
 
     Reasons: `header_too_large` (431), `request_line_too_long` (414), `header_timeout`
-    (408), `missing_host` (400), `queue_delay` (503: waited too long, admission), `evicted`
+    (408), `missing_host` (400), `queue_delay` (503: waited too long, admission) and
+    `in_flight` (503: at `MAX_IN_FLIGHT_REQUESTS`, refused from the head) -- these two are
+    counted per refusal, also when the refused request's small body was read and its
+    connection stays open --, `evicted`
     (idle, closed to make room at `worker_connections`), `refused_at_limit` (at
     `worker_connections` with none idle), `unread_answers`, `write_stalled` and
     `pipelined_too_deep` (closed without an answer: a client that does not read).

@@ -119,11 +119,25 @@ def test_latency_runs_from_the_intended_send_time(pool: Path) -> None:
     assert run.most_connections >= 2
 
 
+def test_open_loop_reuses_its_keep_alive_connections(pool: Path) -> None:
+    from bench import loadgen
+
+    # 50 requests a second, answered at once: each finds the connection the last one freed.
+    with tiny_server() as keep_alive:
+        url = f"http://127.0.0.1:{keep_alive.port}/score"
+        args = ["--open", f"--url={url}", f"--pool={pool}", "--rate=50", "--duration=1", "--timeout=5"]
+        result = loadgen.run(loadgen.parser().parse_args(args))
+    assert result["ok"] == result["planned"] > 10
+    assert result["connections_opened"] <= 4, result["connections_opened"]  # not one per request
+
+
 def test_non_2xx_answers_are_status_errors(pool: Path) -> None:
     with tiny_server(status=503) as failing:
         run = run_open_loop(failing.load(pool), rate_rps=100, duration_s=0.5, seed=1)
     assert run.ok == 0 and run.errors.status == run.planned > 0
     assert run.latency is None
+    # The 503s' own latencies: how fast a shed request was answered.
+    assert run.refused_latency is not None and run.refused_latency.count == run.planned
 
 
 def test_non_2xx_answers_are_counted_by_code_with_the_slowest_answer(pool: Path) -> None:

@@ -8,6 +8,7 @@ on purpose (a callback that sleeps) to make requests wait as they do behind a bu
 
 from __future__ import annotations
 
+import functools
 import socket
 import threading
 import time
@@ -18,8 +19,8 @@ import pytest
 
 from http_hardening.admission import AdmissionLimits, ControlledDelay, arrival
 from http_hardening.limits import HttpLimits, Refusal
-from tests.http_hardening.test_protocol import Running, serve
-from tests.http_hardening.wire import closed_by_peer, connect, get, read_response
+from tests.http_hardening.test_protocol import App, PlainProtocol, Running, serve
+from tests.http_hardening.wire import closed_by_peer, connect, get, read_response, serving_in_thread
 from tests.support import wait_until
 
 pytestmark = pytest.mark.http_hardening
@@ -125,12 +126,31 @@ def test_requests_behind_a_standing_queue_are_answered_503_before_the_app_and_pr
             statuses.append(status)
             if status == 503:
                 assert orjson.loads(body) == {"refused": "overloaded"}
-                assert headers["connection"] == "close"
+                # Its whole request read (no body): the connection stays open, and its
+                # client need not reconnect through the accept queue.
+                assert "connection" not in headers
     assert statuses[:3] == [200, 200, 200]  # the first stall: a burst
     assert statuses[4] == 200  # the probe
     assert 503 in statuses[3:], statuses
     assert Refusal.OVERLOADED in admitting.refused
     assert get(admitting.port) == 200  # fresh again: admitted
+
+
+def test_a_refused_request_with_a_large_body_is_answered_before_its_body_is_sent(admitting: Running) -> None:
+    assert get(admitting.port) == 200
+    socks = []
+    for _ in range(2):  # two stalls: the second's requests meet a standing queue
+        hold_loop(admitting, 0.15)
+        s = connect(admitting.port)
+        s.sendall(b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 1000000\r\n\r\n")  # head only
+        socks.append(s)
+        time.sleep(0.16)
+    with socks[0]:
+        pass
+    with socks[1] as s:
+        status, headers, body = read_response(s)  # the body of a million bytes never sent
+    assert status == 503 and orjson.loads(body) == {"refused": "overloaded"}
+    assert headers["connection"] == "close"
 
 
 def test_an_http11_request_without_host_is_400_and_one_with_it_is_served(running: Running) -> None:
@@ -183,3 +203,44 @@ def test_pipelined_requests_wait_while_writes_are_paused_and_a_stall_closes_the_
                 s.sendall(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
     assert running.app.big < 8, "pipelined requests were started while nothing was read"
     assert get(running.port) == 200
+
+
+class AtCapacityProtocol(PlainProtocol):
+    """The minimal tier, at capacity while `full[0]` is True (as the API is at its in-flight limit)."""
+
+    full: list[bool]
+
+    def at_capacity(self) -> bool:
+        return self.full[0]
+
+
+@pytest.fixture
+def at_capacity() -> Iterator[tuple[Running, list[bool]]]:
+    app, refused, full = App(), [], [True]
+    protocol = type("Protocol", (AtCapacityProtocol,), {"refused": refused, "full": full})
+    limits = HttpLimits(max_header_bytes=4096, admission=AdmissionLimits())
+    with serving_in_thread(app, functools.partial(protocol, limits=limits)) as (server, port):
+        yield Running(server, app, port, refused), full
+
+
+def test_at_capacity_a_request_is_refused_from_its_head_and_its_connection_kept_when_its_body_is_small(
+    at_capacity: tuple[Running, list[bool]],
+) -> None:
+    running, full = at_capacity
+    with connect(running.port) as s:
+        s.sendall(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\nhello")
+        status, headers, body = read_response(s)
+        assert (status, orjson.loads(body)) == (503, {"refused": "at_capacity"})
+        assert "connection" not in headers
+        assert running.app.reading == 0  # the app never saw it
+        full[0] = False
+        s.sendall(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\nhello")
+        status, _, body = read_response(s)  # the same connection, the next request
+        assert (status, body) == (200, b"5")
+    # A body too large to read first: answered at once, unread, and the connection closes.
+    full[0] = True
+    with connect(running.port) as s:
+        s.sendall(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 1000000\r\n\r\n")
+        status, headers, body = read_response(s)
+        assert (status, headers["connection"]) == (503, "close")
+    assert running.refused == [Refusal.AT_CAPACITY, Refusal.AT_CAPACITY]

@@ -89,6 +89,8 @@ class InFlightBoard:
             self._generation[0] += 1
         self._owner = pid
         self._look(force=True)
+        global _claimed
+        _claimed = self
 
     def release(self) -> None:
         """Give the slot back (at app shutdown)."""
@@ -98,6 +100,9 @@ class InFlightBoard:
                 self._pids[self._slot] = 0
                 self._generation[0] += 1
             self._slot = -1
+        global _claimed
+        if _claimed is self:
+            _claimed = None
 
     def full(self) -> bool:
         """True when one more request must be refused."""
@@ -161,6 +166,20 @@ class InFlightBoard:
                 self._counts[i] = 0
                 self._pids[i] = 0
                 self._generation[0] += 1
+
+
+# The board this process's app claimed a slot on (one app per worker), for the HTTP server's
+# connections, which refuse at the limit from a request's head (`api.http_server.protocol`).
+_claimed: InFlightBoard | None = None
+
+
+def claimed_board() -> InFlightBoard | None:
+    """The board this process's app claimed a slot on (`InFlightBoard.claim`), if any and if
+    claimed in this process (a forked child must claim its own)."""
+    board = _claimed
+    if board is None or board._owner != os.getpid():
+        return None
+    return board
 
 
 def process_alive(pid: int) -> bool:
