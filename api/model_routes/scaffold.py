@@ -428,7 +428,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     module.write_text(text)
     print(f"wrote {module}: POST /v1/{args.name}/predict, {len(inputs)} input(s), {len(outputs)} output(s)")
     print(f"added to {config}:\n{entry.rstrip()}")
-    print("serve it (both tiers, http://127.0.0.1:8000/docs shows the schema):")
+    print("serve it (both tiers, http://127.0.0.1:9000/docs shows the schema):")
     print(
         f"  MODELS_DIR={base.parent} MODEL_CONFIG_FILE={config} PYTHONPATH={routes_dir} "
         f"MODEL_ROUTES={args.name}_route:route make run"

@@ -1,0 +1,62 @@
+"""SIGTERM to a test run stops the processes its fixtures started (tests/conftest.py)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from tools.processes import wait_until
+
+REPO = Path(__file__).resolve().parents[2]
+
+# A test whose fixture starts a long-lived child, records its pid, then blocks.
+_TEST_FILE = '''
+import subprocess, sys, time
+from pathlib import Path
+import pytest
+
+@pytest.fixture
+def child(tmp_path):
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    Path({pid_file!r}).write_text(str(process.pid))
+    try:
+        yield process
+    finally:
+        process.terminate()
+        process.wait(10)
+
+def test_waits(child):
+    time.sleep(300)
+'''
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (exited, not yet reaped by its new parent) counts as gone.
+    return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
+
+
+def test_sigterm_to_pytest_runs_the_fixtures_teardown(tmp_path: Path) -> None:
+    pid_file = tmp_path / "child.pid"
+    (tmp_path / "test_blocks.py").write_text(_TEST_FILE.format(pid_file=str(pid_file)))
+    run = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-q", "-p", "tests.conftest", "-p", "no:cacheprovider", str(tmp_path)],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_until(pid_file.exists, timeout_s=60, what="the fixture's child")
+        child = int(pid_file.read_text())
+        assert _alive(child)
+        run.send_signal(signal.SIGTERM)
+        output, _ = run.communicate(timeout=30)
+        wait_until(lambda: not _alive(child), timeout_s=10, what="the child's end")
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode != 0, output
