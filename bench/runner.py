@@ -26,7 +26,8 @@ an error; their percentiles are then lower bounds, and say so); sweep and refere
 always run their whole duration, so the curve's shape is true where it is drawn.
 `Budget` shares the plan's wall-clock budget among the jobs up front: what is left after
 the memory runs and every job's start and warm-up (`JOB_OVERHEAD_S`) are set aside, in
-equal shares, each job's split equally among its searches. A search that has an answer
+equal shares, each job's among its searches (the first, which climbs the whole ladder,
+counting double). A search that has an answer
 stops when its next step would not fit in its share; one without an answer yet goes on
 (a setup gets a number); a repeat that would not fit at all is not run, and the result
 says how many searches it has. Time a job leaves unused goes to the jobs after it.
@@ -85,6 +86,8 @@ JOB_OVERHEAD_S = {"peer": 40.0}
 JOB_OVERHEAD_DEFAULT_S = 20.0
 #: Seconds the model's in-process cost takes, about (before a MODEL_COST_WORKLOADS workload).
 MODEL_COST_S = 15.0
+#: The first search's share of a job's time, in repeats' shares.
+FIRST_SEARCH_WEIGHT = 2.0
 
 
 @dataclass
@@ -126,12 +129,15 @@ class Budget:
         return now + min(max(0.0, left - reserve_s), overheads_s[0] + search_s / len(overheads_s))
 
     @staticmethod
-    def search_deadline(now: float, job_deadline: float, searches_left: int) -> float:
-        """When the search starting at `now` should be done: an equal share of the job's
-        time left among its `searches_left` searches (this one included)."""
+    def search_deadline(now: float, job_deadline: float, searches_left: int, first: bool = False) -> float:
+        """When the search starting at `now` should be done: its share of the job's time
+        left among its `searches_left` searches (this one included), the first search
+        counting as `FIRST_SEARCH_WEIGHT` repeats (it climbs the whole ladder; a repeat
+        starts next to its answer)."""
         if job_deadline == float("inf"):
             return job_deadline
-        return now + max(0.0, job_deadline - now) / max(1, searches_left)
+        weight = FIRST_SEARCH_WEIGHT if first else 1.0
+        return now + max(0.0, job_deadline - now) * weight / max(1.0, searches_left - 1 + weight)
 
 
 @dataclass(frozen=True)
@@ -503,7 +509,8 @@ class Runner:
         first_ladder = plan.ladder(closed_rps)
         bound = False
         for number in range(1, plan.searches + 1):
-            until = Budget.search_deadline(time.monotonic(), self._deadline, plan.searches - number + 1)
+            until = Budget.search_deadline(time.monotonic(), self._deadline, plan.searches - number + 1,
+                                           first=number == 1)
             if number == 1:
                 search = SloSearch(first_ladder, plan.tolerance, plan.max_steps,
                                    descend=DESCEND, min_rate=plan.min_rate_rps)

@@ -310,6 +310,8 @@ def test_a_jobs_time_is_shared_among_its_searches_left() -> None:
 
     # 90 s of the job left, 3 searches to go: 30 s for this one; the last gets the rest.
     assert Budget.search_deadline(10.0, 100.0, 3) == pytest.approx(40.0)
+    # The first of 3 climbs the whole ladder: twice a repeat's share, half of the job's time.
+    assert Budget.search_deadline(10.0, 100.0, 3, first=True) == pytest.approx(55.0)
     assert Budget.search_deadline(70.0, 100.0, 1) == pytest.approx(100.0)
     assert Budget.search_deadline(120.0, 100.0, 2) == 120.0  # past the job's deadline
     assert Budget.search_deadline(5.0, float("inf"), 3) == float("inf")
