@@ -8,8 +8,8 @@ Per job, in this order:
    last round's answers per second is the closed-loop RPS, which only seeds the ladder;
 3. the unloaded latency: one connection back to back. The tuned setup's p50 derives the
    workload's SLO (`bench.slo.derived_slo_ms`, unless `--slo-ms` fixed it; tuned runs
-   first, or is started for this alone); a setup whose unloaded p50 is above the SLO
-   cannot meet it and is not searched;
+   first, or is started for this alone); a setup whose unloaded p50 is above the SLO is
+   not searched when it also fails one step at its ladder's lowest rate;
 4. the SLO search (`bench.slo.SloSearch`), `Plan.searches` times: the first up the ladder
    (fractions of the closed-loop RPS) until a step fails, then bisection; the repeats up
    `bench.slo.repeat_ladder` around the first's answer. Each step is a `CurvePoint`, the
@@ -482,12 +482,20 @@ class Runner:
             self.say(f"{workload.name}/{setup.name}: unloaded p50 "
                      + (f"{result.unloaded_p50_ms:.2f} ms" if result.unloaded_p50_ms is not None else "–"))
             if result.unloaded_p50_ms is None or result.unloaded_p50_ms > slo:
-                result.searches = [None]
-                result.notes.append(f"not searched: its unloaded p50 ({result.unloaded_p50_ms or 0:.1f} ms) is "
-                                    f"above the SLO ({slo:g} ms), which it can then never meet")
-                self.say(f"{workload.name}/{setup.name}: never meets p99 <= {slo:g} ms "
-                         "(unloaded p50 above it): not searched")
-                return
+                # One step at the ladder's lowest rate decides: a batcher that learns its
+                # wait from load (BentoML's dispatcher after the closed-loop warm-up) can
+                # answer one request at a time slower than a stream of them.
+                lowest = plan.ladder(closed_rps)[0]
+                probe = self.step(running, load, lowest, "sweep", search=1) if result.unloaded_p50_ms else None
+                if probe is not None:
+                    result.latency_curve.append(probe)
+                if probe is None or not probe.passed:
+                    result.searches = [None]
+                    result.notes.append(f"not searched: its unloaded p50 ({result.unloaded_p50_ms or 0:.1f} ms) is "
+                                        f"above the SLO ({slo:g} ms) and it failed at {lowest:g} RPS")
+                    self.say(f"{workload.name}/{setup.name}: never meets p99 <= {slo:g} ms "
+                             f"(unloaded p50 above it, and {lowest:g} RPS failed): not searched")
+                    return
             self._searches(running, load, result, closed_rps)
             own = ([LOW_LOAD_SHARE * result.slo_rps] if setup.column == "tuned" and result.slo_rps
                    and workload.name in REFERENCE_WORKLOADS else [])
