@@ -75,6 +75,8 @@ class OpenLoopResult:
     load_cpu_cores: float  # the generator's CPU, in cores
     load_busy_cores: float  # the same without its non-blocking polls before an arrival
     notes: list[str] = field(default_factory=list)
+    warm_in_s: float = 0.0  # seconds of arrivals at the same rate before, not counted
+    warm_in: dict[str, int] = field(default_factory=dict)  # their "sent", "ok", "failed"
     statuses: dict[str, int] = field(default_factory=dict)  # the non-2xx answers by status code
     refused_latency: LatencySummary | None = None  # the 503s' latencies (how fast shedding answered)
 
@@ -145,6 +147,8 @@ def open_loop_result(raw: dict[str, Any]) -> OpenLoopResult:
         load_busy_cores=raw["busy_cores"],
         statuses=raw.get("statuses", {}),
         refused_latency=_latency(raw.get("refused_latency")),
+        warm_in_s=raw.get("warm_in_s", 0.0),
+        warm_in=raw.get("warm_in", {}),
     )
 
 
@@ -156,8 +160,10 @@ def run_open_loop(
     seed: int,
     slo_ms: float | None = None,
     stop_early: bool = False,
+    warm_in_s: float = 0.0,
 ) -> OpenLoopResult:
-    """Poisson arrivals at `rate_rps` for `duration_s` seconds (`seed` fixes the timetable).
+    """Poisson arrivals at `rate_rps` for `duration_s` seconds (`seed` fixes the timetable),
+    after `warm_in_s` seconds of arrivals at the same rate that are sent but not counted.
 
     With `slo_ms`, answers later than it are counted (`late`); with `stop_early` too, the
     run stops as soon as it has failed on evidence (a failed request, or more than 1 % of
@@ -170,12 +176,13 @@ def run_open_loop(
     """
     if not rate_rps > 0:
         raise ValueError(f"offered load must be > 0, got {rate_rps}")
-    mode = ["--open", f"--rate={rate_rps:.6f}", f"--duration={duration_s:g}", f"--seed={seed}"]
+    mode = ["--open", f"--rate={rate_rps:.6f}", f"--duration={duration_s:g}", f"--seed={seed}",
+            f"--warm-in={warm_in_s:g}"]
     if slo_ms is not None:
         mode.append(f"--slo-ms={slo_ms:g}")
         if stop_early:
             mode.append("--stop-early")
-    return open_loop_result(_run(load, mode, duration_s))
+    return open_loop_result(_run(load, mode, warm_in_s + duration_s))
 
 
 def run_closed_loop(load: LoadSettings, *, connections: int, duration_s: float) -> ClosedLoopResult:

@@ -1,7 +1,7 @@
 """`python -m bench.loadgen`: the benchmark's HTTP/1.1 load generator, open or closed loop.
 
     python -m bench.loadgen --url http://127.0.0.1:8000/v1/fraud/score --pool bodies.jsonl \
-        --open --rate 500 --duration 5 --seed 1 [--slo-ms 25 [--stop-early]]
+        --open --rate 500 --duration 5 --seed 1 [--warm-in 1] [--slo-ms 25 [--stop-early]]
     python -m bench.loadgen --url ... --pool bodies.jsonl --closed --connections 32 --duration 3
     python -m bench.loadgen --url ... --pool bodies.b64 --content-type application/octet-stream \
         --header 'Inference-Header-Content-Length: 120' --open --rate 100   # base64 lines
@@ -17,7 +17,11 @@ or a free connection was late, that wait counts, as it would for a real client. 
 goes out on an idle keep-alive connection (the most recently used, so idle ones age out
 rather than race the server's keep-alive close), or on a new connection opened then (the
 connect time counts too), up to `--max-connections`; beyond it requests queue in the
-generator, their wait still counted.
+generator, their wait still counted. With `--warm-in`, the timetable starts that many
+seconds earlier at the same rate, and those arrivals are sent and answered but counted
+nowhere (`warm_in` in the result says how they went): the measured part starts on a
+server already at the step's rate, with the connections it needs open (see
+`bench.plan.Plan.warm_in_s` for why).
 
 **Closed loop** (warm-up, and the closed-loop RPS beside each curve): `--connections`
 connections each send the next request as soon as the previous answer arrives.
@@ -135,6 +139,13 @@ class Generator:
         self.opened = 0  # connections opened during the run (each one passed the accept queue)
         self.spin_s = 0.0
         self._last_scan = 0.0
+        # Arrivals before this perf_counter time are the warm-in: sent, never counted.
+        self.count_from = 0.0
+        self.warm_in = {"sent": 0, "ok": 0, "failed": 0}
+
+    def _counted(self, arrival: float) -> bool:
+        """The request that arrived at `arrival` is measured (not part of the warm-in)."""
+        return arrival >= self.count_from
 
     # --- connections ------------------------------------------------------------------
 
@@ -166,8 +177,15 @@ class Generator:
     def _fail(self, conn: _Conn, kind: str) -> None:
         """The request on `conn` failed: count it, drop the connection."""
         if conn.state == _BUSY or conn.pending is not None:
-            self.errors[kind] += 1
+            arrival = conn.arrival if conn.state == _BUSY else conn.pending[0]  # type: ignore[index]
+            self._count_error(arrival, kind)
         self._close(conn)
+
+    def _count_error(self, arrival: float, kind: str) -> None:
+        if self._counted(arrival):
+            self.errors[kind] += 1
+        else:
+            self.warm_in["failed"] += 1
 
     def _send(self, conn: _Conn, arrival: float, request: bytes, now: float) -> None:
         conn.state = _BUSY
@@ -175,7 +193,7 @@ class Generator:
         conn.sent_at = now
         conn.complete = False
         conn.parser = httptools.HttpResponseParser(conn)
-        self.sent += 1
+        self._count_sent(arrival)
         try:
             n = conn.sock.send(request)
         except OSError:
@@ -184,6 +202,12 @@ class Generator:
         if n < len(request):
             conn.out = request[n:]
             self.epoll.modify(conn.fd, select.EPOLLOUT | select.EPOLLIN)
+
+    def _count_sent(self, arrival: float) -> None:
+        if self._counted(arrival):
+            self.sent += 1
+        else:
+            self.warm_in["sent"] += 1
 
     def _next_request(self) -> bytes:
         request = self.requests[self.next_request]
@@ -204,8 +228,8 @@ class Generator:
         try:
             conn = self._open()
         except OSError:
-            self.errors["connect"] += 1
-            self.sent += 1
+            self._count_error(arrival, "connect")
+            self._count_sent(arrival)
             return True
         conn.pending = (arrival, self._next_request())
         return True
@@ -221,9 +245,11 @@ class Generator:
             if not event & (select.EPOLLOUT | select.EPOLLERR | select.EPOLLHUP):
                 return None
             if conn.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) != 0:
+                assert conn.pending is not None
+                arrival = conn.pending[0]
                 conn.pending = None
-                self.errors["connect"] += 1
-                self.sent += 1
+                self._count_error(arrival, "connect")
+                self._count_sent(arrival)
                 self._close(conn)
                 return None
             self.epoll.modify(fd, select.EPOLLIN)
@@ -265,6 +291,10 @@ class Generator:
         status = conn.parser.get_status_code()
         keep_alive = conn.keep_alive
         latency_ms = (now - conn.arrival) * 1e3
+        if not self._counted(conn.arrival):
+            ok = 200 <= status < 300 and latency_ms <= self.timeout_s * 1e3
+            self.warm_in["ok" if ok else "failed"] += 1
+            return self._done(conn, now, keep_alive)
         if latency_ms > self.timeout_s * 1e3:
             self.errors["timeout"] += 1
             return self._done(conn, now, keep_alive)
@@ -327,8 +357,8 @@ class Generator:
         return sum(
             1
             for c in self.conns.values()
-            if (c.state == _BUSY and now - c.arrival > self.slo_s)
-            or (c.pending is not None and now - c.pending[0] > self.slo_s)
+            if (c.state == _BUSY and self._counted(c.arrival) and now - c.arrival > self.slo_s)
+            or (c.pending is not None and self._counted(c.pending[0]) and now - c.pending[0] > self.slo_s)
         )
 
     def close(self) -> None:
@@ -341,15 +371,16 @@ class Generator:
 
     def open_loop(
         self, rate_rps: float, duration_s: float, seed: int, slo_ms: float | None,
-        stop_early: bool = False,
+        stop_early: bool = False, warm_in_s: float = 0.0,
     ) -> dict[str, Any]:
-        """Poisson arrivals at `rate_rps` for `duration_s`; see the module docstring.
+        """Poisson arrivals at `rate_rps` for `warm_in_s` + `duration_s`, the first
+        `warm_in_s` seconds not counted; see the module docstring.
 
-        The whole timetable is drawn before the first send, so `planned` is the step's
-        total even when it stops early. With `slo_ms`, answers later than it are counted
-        (`late`); with `stop_early` too, the run stops once a request failed or more than
-        1 % of the planned arrivals are late (answered late, or in flight or due and older
-        than `slo_ms`).
+        The whole timetable is drawn before the first send, so `planned` (the arrivals
+        after the warm-in) is the step's total even when it stops early. With `slo_ms`,
+        answers later than it are counted (`late`); with `stop_early` too, the run stops
+        once a request failed or more than 1 % of the planned arrivals are late (answered
+        late, or in flight or due and older than `slo_ms`).
         """
         rng = random.Random(seed)
         self.slo_s = slo_ms / 1e3 if slo_ms else float("inf")
@@ -357,12 +388,14 @@ class Generator:
             self.idle.append(self._ready_connection())
         offsets = array("d")
         at = rng.expovariate(rate_rps)
-        while at < duration_s:
+        while at < warm_in_s + duration_s:
             offsets.append(at)
             at += rng.expovariate(rate_rps)
-        planned_total = len(offsets)
+        total = len(offsets)
+        planned_total = sum(1 for o in offsets if o >= warm_in_s)
         budget = LATE_SHARE * planned_total
         start = time.perf_counter()
+        self.count_from = start + warm_in_s
         due = 0  # the next arrival of the timetable
         waiting: deque[float] = deque()
         stopped_early = ""
@@ -370,7 +403,7 @@ class Generator:
         cpu_before = time.process_time()
         while True:
             now = time.perf_counter()
-            while due < planned_total and start + offsets[due] <= now:
+            while due < total and start + offsets[due] <= now:
                 waiting.append(start + offsets[due])
                 due += 1
             while waiting:
@@ -379,22 +412,22 @@ class Generator:
                 if not self.dispatch(arrival, now):
                     break
                 waiting.popleft()
-                if had_connection:
+                if had_connection and self._counted(arrival):
                     self.gen_lag_ms.append((now - arrival) * 1e3)
-            if due >= planned_total and not waiting and self.in_flight() == 0:
+            if due >= total and not waiting and self.in_flight() == 0:
                 break
             # Checked every few ms, not per event: counting late requests walks every connection.
             if (stop_early and slo_ms and now - last_check >= _TIMEOUT_SCAN_S
-                    and now - start >= EARLY_STOP_MIN_SHARE * duration_s):
+                    and now - self.count_from >= EARLY_STOP_MIN_SHARE * duration_s):
                 last_check = now
                 failed = sum(self.errors.values())
-                late_waiting = sum(1 for a in waiting if now - a > self.slo_s)
+                late_waiting = sum(1 for a in waiting if self._counted(a) and now - a > self.slo_s)
                 if failed or self.late + self.late_in_flight(now) + late_waiting > budget:
                     stopped_early = "errors" if failed else "more than 1 % of the planned arrivals late"
                     break
             if waiting:
                 wait_s = 0.0  # blocked on connections: only answers can help
-            elif due < planned_total:
+            elif due < total:
                 wait_s = start + offsets[due] - time.perf_counter()
             else:
                 wait_s = 0.01  # draining the last answers
@@ -408,9 +441,9 @@ class Generator:
             # was when the run stopped (a lower bound of its latency).
             now = time.perf_counter()
             for c in self.conns.values():
-                if c.state == _BUSY:
+                if c.state == _BUSY and self._counted(c.arrival):
                     self.latencies_ms.append((now - c.arrival) * 1e3)
-            self.latencies_ms.extend((now - a) * 1e3 for a in waiting)
+            self.latencies_ms.extend((now - a) * 1e3 for a in waiting if self._counted(a))
         lag = sorted(self.gen_lag_ms)
         lag_p99 = percentile(lag, 99) if lag else 0.0
         late = sum(1 for v in self.latencies_ms if v > slo_ms) if slo_ms else 0
@@ -419,6 +452,8 @@ class Generator:
             "offered_rps": rate_rps,
             "seed": seed,
             "duration_s": duration_s,
+            "warm_in_s": warm_in_s,
+            "warm_in": dict(self.warm_in),
             "elapsed_s": elapsed,
             "planned": planned_total,
             "sent": self.sent,
@@ -555,7 +590,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     try:
         if args.closed:
             return generator.closed_loop(args.connections, args.duration)
-        return generator.open_loop(args.rate, args.duration, args.seed, args.slo_ms, args.stop_early)
+        return generator.open_loop(args.rate, args.duration, args.seed, args.slo_ms, args.stop_early,
+                                   warm_in_s=args.warm_in)
     finally:
         generator.close()
 
@@ -573,6 +609,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--rate", type=float, default=100.0, help="open loop: arrivals per second")
     p.add_argument("--seed", type=int, default=1, help="open loop: the arrival process's seed")
     p.add_argument("--duration", type=float, default=5.0, help="seconds of arrivals / sending")
+    p.add_argument(
+        "--warm-in", type=float, default=0.0,
+        help="open loop: seconds of arrivals at --rate before --duration, sent but not counted",
+    )
     p.add_argument("--connections", type=int, default=32, help="closed loop: connections")
     p.add_argument("--max-connections", type=int, default=512, help="open loop: at most")
     p.add_argument("--timeout", type=float, default=2.0, help="an answer later is an error")
@@ -589,6 +629,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.open and not args.rate > 0:
         print("python -m bench.loadgen: --rate must be > 0", file=sys.stderr)
+        return 2
+    if args.warm_in < 0:
+        print("python -m bench.loadgen: --warm-in must be >= 0", file=sys.stderr)
         return 2
     try:
         result = run(args)

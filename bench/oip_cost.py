@@ -48,7 +48,9 @@ MODEL = "fraud"
 INFER_PATH = f"/v2/models/{MODEL}/infer"
 #: The quick plan's search, its steps at most 10 s (quick: 15 s), so the whole run stays within
 #: about 6 minutes on 2 cores even where the SLO-RPS is low (3 setups x 8 steps).
-PLAN = dataclasses.replace(QUICK, step_max_s=10.0)
+# The SLO search as it was measured with: a wider ladder than the quick plan's, which now
+# trades rungs for its time budget.
+PLAN = dataclasses.replace(QUICK, step_max_s=10.0, ladder_fractions=(0.4, 0.6, 0.75, 0.9, 1.05, 1.2), max_steps=8)
 #: --smoke: a plan whose steps are a fraction of a second and whose search is two steps.
 SMOKE_PLAN = dataclasses.replace(
     QUICK, warmup_s=0.5, closed_connections=4, step_s=0.5, step_max_s=1.0, min_requests=20, max_steps=2

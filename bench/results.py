@@ -32,6 +32,7 @@ CURVE_KEYS = (
     "offered_rps", "achieved_rps", "p50_ms", "p99_ms", "p999_ms", "max_ms", "errors",
     "phase", "passed", "verdict", "duration_s", "requests", "late", "schedule_kept",
     "stopped_early", "generator_lag_p99_ms", "generator_busy_cores", "cpu", "search",
+    "warm_in_s",
 )
 #: A curve point "at" a rate is within this share of it.
 RATE_MATCH = 0.01
@@ -70,6 +71,7 @@ class CurvePoint:
     generator_busy_cores: float  # the generator's CPU without its polls before arrivals
     cpu: CpuUse | None = None
     search: int = 0  # which search of the setup (1, 2, ...); 0 for a reference step
+    warm_in_s: float = 0.0  # seconds at the same rate before the step, not counted
 
     @classmethod
     def from_run(
@@ -98,6 +100,7 @@ class CurvePoint:
             generator_busy_cores=run.load_busy_cores,
             cpu=cpu,
             search=search,
+            warm_in_s=run.warm_in_s,
         )
 
 

@@ -8,8 +8,8 @@ Per job, in this order:
    last round's answers per second is the closed-loop RPS, which only seeds the ladder;
 3. the unloaded latency: one connection back to back. The tuned setup's p50 derives the
    workload's SLO (`bench.slo.derived_slo_ms`, unless `--slo-ms` fixed it; tuned runs
-   first, or is started for this alone); a setup whose unloaded p50 is above the SLO
-   cannot meet it and is not searched;
+   first, or is started for this alone); a setup whose unloaded p50 is above the SLO is
+   not searched when it also fails one step at its ladder's lowest rate;
 4. the SLO search (`bench.slo.SloSearch`), `Plan.searches` times: the first up the ladder
    (fractions of the closed-loop RPS) until a step fails, then bisection; the repeats up
    `bench.slo.repeat_ladder` around the first's answer. Each step is a `CurvePoint`, the
@@ -24,8 +24,13 @@ Every step starts from an idle setup (`wait_idle`). Refinement and confirmation 
 early once they have failed on evidence (more than 1 % of their planned arrivals late, or
 an error; their percentiles are then lower bounds, and say so); sweep and reference steps
 always run their whole duration, so the curve's shape is true where it is drawn.
-`Budget` shares the plan's wall-clock budget among the jobs: a repeat search that would
-not fit in a job's share is not run, and the result says how many searches it has.
+`Budget` shares the plan's wall-clock budget among the jobs up front: what is left after
+the memory runs and every job's start and warm-up (`JOB_OVERHEAD_S`) are set aside, in
+equal shares, each job's among its searches (the first, which climbs the whole ladder,
+counting double). A search that has an answer
+stops when its next step would not fit in its share; one without an answer yet goes on
+(a setup gets a number); a repeat that would not fit at all is not run, and the result
+says how many searches it has. Time a job leaves unused goes to the jobs after it.
 A job that fails is recorded with its reason and the run goes on with the next.
 """
 
@@ -75,6 +80,14 @@ MODEL_COST_BATCHES = (1, 2, 4, 8, 16, 32, 64)
 #: local cluster takes longer to start.
 MEMORY_START_S = {"peer": 25.0}
 MEMORY_START_DEFAULT_S = 12.0
+#: Seconds a job takes before its first search step, about: its start, the warm-up rounds
+#: and the unloaded latency (what Budget sets aside for each job still to run).
+JOB_OVERHEAD_S = {"peer": 40.0}
+JOB_OVERHEAD_DEFAULT_S = 20.0
+#: Seconds the model's in-process cost takes, about (before a MODEL_COST_WORKLOADS workload).
+MODEL_COST_S = 15.0
+#: The first search's share of a job's time, in repeats' shares.
+FIRST_SEARCH_WEIGHT = 2.0
 
 
 @dataclass
@@ -95,13 +108,36 @@ class Budget:
             return float("inf")
         return self.total_s - (now - self.started)
 
-    def job_deadline(self, now: float, jobs_left: int, reserve_s: float) -> float:
-        """When the job starting at `now` should be done: an equal share of what is left
-        after `reserve_s` (memory runs to come), among `jobs_left` jobs (this one included)."""
+    def job_deadline(self, now: float, overheads_s: Sequence[float], reserve_s: float) -> float:
+        """When the job starting at `now` should be done.
+
+        Args:
+            now: `time.monotonic()` at the job's start.
+            overheads_s: seconds each job still to run (this one first) needs before its
+                searches: its start, warm-up and unloaded latency.
+            reserve_s: seconds set aside for the memory runs to come.
+
+        Returns its own overhead plus an equal share of the search time: what is left
+        after `reserve_s` and every job's overhead, among the jobs (inf when unbounded).
+        """
         left = self.left(now)
         if left == float("inf"):
             return float("inf")
-        return now + max(0.0, left - reserve_s) / max(1, jobs_left)
+        if not overheads_s:
+            return now + max(0.0, left - reserve_s)
+        search_s = max(0.0, left - reserve_s - sum(overheads_s))
+        return now + min(max(0.0, left - reserve_s), overheads_s[0] + search_s / len(overheads_s))
+
+    @staticmethod
+    def search_deadline(now: float, job_deadline: float, searches_left: int, first: bool = False) -> float:
+        """When the search starting at `now` should be done: its share of the job's time
+        left among its `searches_left` searches (this one included), the first search
+        counting as `FIRST_SEARCH_WEIGHT` repeats (it climbs the whole ladder; a repeat
+        starts next to its answer)."""
+        if job_deadline == float("inf"):
+            return job_deadline
+        weight = FIRST_SEARCH_WEIGHT if first else 1.0
+        return now + max(0.0, job_deadline - now) * weight / max(1.0, searches_left - 1 + weight)
 
 
 @dataclass(frozen=True)
@@ -312,7 +348,7 @@ class Runner:
             running,
             lambda: run_open_loop(
                 load, rate_rps=rate, duration_s=duration, seed=plan.seed, slo_ms=slo,
-                stop_early=phase in ("refine", "confirm"),
+                stop_early=phase in ("refine", "confirm"), warm_in_s=plan.warm_in_s,
             ),
         )
         lat = run.latency
@@ -328,7 +364,7 @@ class Runner:
         label = f"search {search}, {phase}" if search else phase
         self.say(
             f"{running.workload.name}/{running.setup.name}: {rate:,.1f} RPS ({label}, "
-            f"{duration:g} s, {run.planned} planned, {run.late} late): {shown}, "
+            f"{plan.warm_in_s:g} s warm-in + {duration:.3g} s, {run.planned} planned, {run.late} late): {shown}, "
             f"{run.achieved_rps:,.0f} RPS answered -- "
             + ("meets the SLO" if verdict.passed else f"fails: {verdict.reason}")
             + (f" ({verdict.reason})" if verdict.passed and verdict.reason else "")
@@ -340,6 +376,8 @@ class Runner:
         """Every job's throughput and latency, then memory (see the module docstring)."""
         results = BenchResults(meta={}, setups=[])
         memory_starts = {id(j): self._memory_reserve(j) for j in jobs if j.memory}
+        overhead = {id(j): self._job_overhead(j, first=all(o.workload.name != j.workload.name for o in jobs[:i]))
+                    for i, j in enumerate(jobs)}
         for index, job in enumerate(jobs):
             setup, workload = job.setup, job.workload
             first_of_workload = all(j.workload.name != workload.name for j in jobs[:index])
@@ -360,7 +398,8 @@ class Runner:
                 self.say(f"{workload.name}/{setup.name}: skipped, {setup.unavailable_reason}")
                 continue
             reserve = self._reserve_s = sum(memory_starts.values())
-            self._deadline = self.budget.job_deadline(time.monotonic(), len(jobs) - index, reserve)
+            overheads = [overhead[id(j)] for j in jobs[index:] if j.setup.available]
+            self._deadline = self.budget.job_deadline(time.monotonic(), overheads, reserve)
             references = self._references(results, job)
             if self._guard(result, functools.partial(self._run_job, job, result, references)):
                 result.status = "ok"
@@ -378,9 +417,20 @@ class Runner:
         return results
 
     def _memory_reserve(self, job: Job) -> float:
-        """Seconds set aside for `job`'s memory runs (fresh starts)."""
+        """Seconds set aside for `job`'s memory runs (fresh starts; the count its throughput
+        start already has is measured there, see `_run_job`)."""
         per_start = MEMORY_START_S.get(job.setup.kind, MEMORY_START_DEFAULT_S) + self.plan.memory_warmup_s
-        return per_start * len(self.plan.memory_workers)
+        starts = len(self.plan.memory_workers)
+        if job.setup.workers_for(len(self.env.server_cpus) or os.cpu_count() or 1) in self.plan.memory_workers:
+            starts -= 1
+        return per_start * max(0, starts)
+
+    def _job_overhead(self, job: Job, first: bool) -> float:
+        """Seconds `job` takes before its searches, about (see `JOB_OVERHEAD_S`); `first`:
+        the first job of its workload, which the model's cost comes before."""
+        start = JOB_OVERHEAD_S.get(job.setup.kind, JOB_OVERHEAD_DEFAULT_S)
+        cost = MODEL_COST_S if first and job.workload.name in MODEL_COST_WORKLOADS else 0.0
+        return start + cost + 2 * self.plan.warmup_s + self.plan.unloaded_s
 
     def _references(self, results: BenchResults, job: Job) -> list[float]:
         """The rates the targets compare at, for this job (see the module docstring)."""
@@ -432,12 +482,20 @@ class Runner:
             self.say(f"{workload.name}/{setup.name}: unloaded p50 "
                      + (f"{result.unloaded_p50_ms:.2f} ms" if result.unloaded_p50_ms is not None else "–"))
             if result.unloaded_p50_ms is None or result.unloaded_p50_ms > slo:
-                result.searches = [None]
-                result.notes.append(f"not searched: its unloaded p50 ({result.unloaded_p50_ms or 0:.1f} ms) is "
-                                    f"above the SLO ({slo:g} ms), which it can then never meet")
-                self.say(f"{workload.name}/{setup.name}: never meets p99 <= {slo:g} ms "
-                         "(unloaded p50 above it): not searched")
-                return
+                # One step at the ladder's lowest rate decides: a batcher that learns its
+                # wait from load (BentoML's dispatcher after the closed-loop warm-up) can
+                # answer one request at a time slower than a stream of them.
+                lowest = plan.ladder(closed_rps)[0]
+                probe = self.step(running, load, lowest, "sweep", search=1) if result.unloaded_p50_ms else None
+                if probe is not None:
+                    result.latency_curve.append(probe)
+                if probe is None or not probe.passed:
+                    result.searches = [None]
+                    result.notes.append(f"not searched: its unloaded p50 ({result.unloaded_p50_ms or 0:.1f} ms) is "
+                                        f"above the SLO ({slo:g} ms) and it failed at {lowest:g} RPS")
+                    self.say(f"{workload.name}/{setup.name}: never meets p99 <= {slo:g} ms "
+                             f"(unloaded p50 above it, and {lowest:g} RPS failed): not searched")
+                    return
             self._searches(running, load, result, closed_rps)
             own = ([LOW_LOAD_SHARE * result.slo_rps] if setup.column == "tuned" and result.slo_rps
                    and workload.name in REFERENCE_WORKLOADS else [])
@@ -459,6 +517,8 @@ class Runner:
         first_ladder = plan.ladder(closed_rps)
         bound = False
         for number in range(1, plan.searches + 1):
+            until = Budget.search_deadline(time.monotonic(), self._deadline, plan.searches - number + 1,
+                                           first=number == 1)
             if number == 1:
                 search = SloSearch(first_ladder, plan.tolerance, plan.max_steps,
                                    descend=DESCEND, min_rate=plan.min_rate_rps)
@@ -466,9 +526,9 @@ class Runner:
                 ladder = repeat_ladder(result.searches[0], plan.repeat_fractions, first_ladder)
                 search = SloSearch(sorted({max(plan.min_rate_rps, r) for r in ladder}), plan.tolerance,
                                    plan.repeat_max_steps, descend=DESCEND, min_rate=plan.min_rate_rps)
-                # Each repeat needs about its ladder's first steps; skip it when they do not
-                # fit in this job's share of the budget.
-                need = sum(plan.step_duration(r) + 1.0 for r in search.ladder[:4])
+                # A repeat needs about its ladder's first two steps to say anything; skip it
+                # when they do not fit in this job's share of the budget.
+                need = sum(plan.step_cost(r) for r in search.ladder[:2])
                 if time.monotonic() + need > self._deadline:
                     result.notes.append(f"time budget: {number - 1} of {plan.searches} searches")
                     self.say(f"{result.workload}/{result.name}: search {number} skipped, it would "
@@ -476,7 +536,15 @@ class Runner:
                     break
             while (step := search.next_step()) is not None:
                 rate, phase = step
-                if self.budget.left(time.monotonic()) - plan.step_duration(rate) < self._reserve_s:
+                if search.slo_rps is not None and time.monotonic() + plan.step_cost(rate) > until:
+                    # This search's share is spent and it has an answer: the rest of the job's
+                    # time is the later searches' (and jobs').
+                    result.notes.append(f"search {number} ended at its share of the time budget, "
+                                        f"after {len(search.steps)} steps")
+                    self.say(f"{result.workload}/{result.name}: search {number} ends at its share "
+                             f"of the time budget ({len(search.steps)} steps)")
+                    break
+                if self.budget.left(time.monotonic()) - plan.step_cost(rate) < self._reserve_s:
                     # The run's budget is spent (memory runs aside): stop here, with what the
                     # search has so far, rather than run past it.
                     result.notes.append(f"time budget spent during search {number}: its answer is "

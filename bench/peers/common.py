@@ -5,7 +5,8 @@ schemas and feature code, nothing else of the benchmark.
 
 Environment (set by `bench.setups` when it starts a peer): `BENCH_MODEL_DIR` (the SavedModel
 version directory), `BENCH_WORKERS` (BentoML workers / Ray Serve replicas), `BENCH_SLO_MS` (the
-workload's SLO, which a user sets as the batcher's latency bound), `BENCH_CPUS` (CPUs the peer
+workload's SLO; neither peer's batcher is bounded by it, their service files say why),
+`BENCH_CPUS` (CPUs the peer
 may use), `BENCH_PORT`.
 """
 

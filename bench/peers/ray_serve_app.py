@@ -6,9 +6,12 @@
 Written after Ray Serve's docs ("Set Up FastAPI and HTTP", "Dynamic Request Batching"): one
 deployment with a FastAPI ingress (`@serve.ingress`) whose route takes the route's own
 `Transaction` body, extracts its features and awaits a `@serve.batch` method, which Ray
-Serve calls with the features of concurrent requests as one list (at most `max_batch_size`,
-waiting at most `batch_wait_timeout_s` for more: a fifth of the workload's SLO, capped at
-Ray's default of 10 ms). `max_ongoing_requests` is raised to `max_batch_size`: at Ray's
+Serve calls with the features of concurrent requests as one list (at most `max_batch_size`).
+`batch_wait_timeout_s` is 0: a batch holds what queued while the previous one ran (the model
+call blocks the replica's user-code loop, so under load the queue fills by itself) and a
+lone request waits for nothing, as with the split's coalescing. Ray's default of 10 ms (or
+a share of the SLO) is a timer every batch waits out when it is not full: it added its
+whole length to every request at low and moderate load. `max_ongoing_requests` is raised to `max_batch_size`: at Ray's
 default of 5 a replica never holds more than 5 requests, so no batch could hold more (Ray's
 docs tell batching users to set the two together). `num_replicas` is `BENCH_WORKERS` (1 for
 the throughput runs), each replica's `num_cpus` the peer's CPUs shared among them. The script starts a local Ray
@@ -29,7 +32,7 @@ import ray
 from fastapi import FastAPI
 from ray import serve
 
-from bench.peers.common import MAX_BATCH_SIZE, SavedModelScorer, answer, env_int, features, slo_ms
+from bench.peers.common import MAX_BATCH_SIZE, SavedModelScorer, answer, env_int, features
 from examples.fraud.schemas import Transaction
 
 READY = "ray-serve peer ready"
@@ -50,7 +53,7 @@ class FraudScorer:
     def __init__(self) -> None:
         self.model = SavedModelScorer()
 
-    @serve.batch(max_batch_size=MAX_BATCH_SIZE, batch_wait_timeout_s=min(0.01, slo_ms() / 5000))
+    @serve.batch(max_batch_size=MAX_BATCH_SIZE, batch_wait_timeout_s=0.0)
     async def score_batch(self, rows: list[list[float]]) -> list[float]:
         """One model call for the rows of concurrent requests."""
         return self.model(rows)

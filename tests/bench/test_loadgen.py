@@ -19,10 +19,13 @@ from tests.support import free_port
 
 
 class TinyServer:
-    """HTTP/1.1 keep-alive server in a thread: every POST is answered `status` after `delay_s`."""
+    """HTTP/1.1 keep-alive server in a thread: every POST is answered `status` after `delay_s`
+    (the first `slow_first` POSTs after `slow_delay_s`: a start-of-run transient)."""
 
-    def __init__(self, delay_s: float = 0.0, status: int = 200) -> None:
+    def __init__(self, delay_s: float = 0.0, status: int = 200, slow_first: int = 0,
+                 slow_delay_s: float = 0.0) -> None:
         self.delay_s, self.status = delay_s, status
+        self.slow_first, self.slow_delay_s = slow_first, slow_delay_s
         self.port = free_port()
         self.requests = 0
         self._loop = asyncio.new_event_loop()
@@ -39,7 +42,7 @@ class TinyServer:
                               if line.lower().startswith(b"content-length:"))
                 await reader.readexactly(length)
                 self.requests += 1
-                await asyncio.sleep(self.delay_s)
+                await asyncio.sleep(self.slow_delay_s if self.requests <= self.slow_first else self.delay_s)
                 body = b'{"ok":true}'
                 writer.write(b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\n"
                              b"Content-Length: %d\r\n\r\n%s" % (self.status, len(body), body))
@@ -75,8 +78,9 @@ class TinyServer:
 
 
 @contextlib.contextmanager
-def tiny_server(delay_s: float = 0.0, status: int = 200) -> Iterator[TinyServer]:
-    server = TinyServer(delay_s, status)
+def tiny_server(delay_s: float = 0.0, status: int = 200, slow_first: int = 0,
+                slow_delay_s: float = 0.0) -> Iterator[TinyServer]:
+    server = TinyServer(delay_s, status, slow_first, slow_delay_s)
     try:
         yield server
     finally:
@@ -174,6 +178,31 @@ def test_late_answers_are_counted_without_stopping(pool: Path) -> None:
         run = run_open_loop(slow.load(pool), rate_rps=40, duration_s=0.5, seed=1, slo_ms=25.0)
     assert run.stopped_early == ""
     assert run.late == run.ok == run.planned > 0
+
+
+def test_the_warm_in_is_sent_at_the_rate_and_counted_nowhere(pool: Path) -> None:
+    # The first 20 answers are late for the SLO (a start-of-step transient); at 100/s they
+    # all arrive within the 0.5 s warm-in, so the measured part has none of them. (The SLO
+    # is far above the fast answers': a busy test machine cannot make them late.)
+    with tiny_server(slow_first=20, slow_delay_s=0.4) as server:
+        cold = run_open_loop(server.load(pool), rate_rps=100, duration_s=1.0, seed=3, slo_ms=250.0)
+    with tiny_server(slow_first=20, slow_delay_s=0.4) as server:
+        warm = run_open_loop(server.load(pool), rate_rps=100, duration_s=1.0, seed=3, slo_ms=250.0,
+                             warm_in_s=0.5)
+        requests = server.requests
+    assert cold.late >= 20 and cold.warm_in_s == 0.0
+    assert warm.late == 0 and warm.errors.total == 0 and warm.warm_in_s == 0.5
+    assert warm.sent == warm.ok == warm.planned > 0  # the measured part only
+    assert warm.warm_in["sent"] == warm.warm_in["ok"] > 20  # ~50 at 100/s for 0.5 s
+    assert requests == warm.warm_in["sent"] + warm.planned
+    assert warm.latency is not None and warm.latency.count == warm.ok
+
+
+def test_a_negative_warm_in_is_refused(pool: Path) -> None:
+    from bench import loadgen
+
+    args = ["--open", "--url=http://127.0.0.1:9/score", f"--pool={pool}", "--warm-in=-1"]
+    assert loadgen.main(args) == 2
 
 
 def test_closed_loop_keeps_its_connections_busy(server: TinyServer, pool: Path) -> None:

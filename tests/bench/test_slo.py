@@ -166,7 +166,7 @@ def test_plan_ladders_are_ascending_from_the_minimum_rate(plan) -> None:  # type
     assert plan.ladder(1000.0)[-1] == pytest.approx(1000.0 * plan.ladder_fractions[-1])
 
 
-@pytest.mark.parametrize(("rate", "seconds"), [(5.0, 15.0), (100.0, 10.0), (1000.0, 1.0), (3000.0, 1.0)])
+@pytest.mark.parametrize(("rate", "seconds"), [(5.0, 5.0), (200.0, 5.0), (500.0, 2.0), (1000.0, 1.0), (3000.0, 1.0)])
 def test_quick_steps_last_long_enough_for_their_requests(rate: float, seconds: float) -> None:
     assert QUICK.step_duration(rate) == pytest.approx(seconds)
 
@@ -174,6 +174,11 @@ def test_quick_steps_last_long_enough_for_their_requests(rate: float, seconds: f
 def test_quick_steps_have_the_arrivals_a_verdict_needs() -> None:
     assert QUICK.min_requests >= MIN_EVIDENCE_ANSWERS
     assert QUICK.step_duration(200.0) * 200.0 >= MIN_EVIDENCE_ANSWERS
+
+
+def test_a_step_costs_its_warm_in_its_arrivals_and_its_overhead() -> None:
+    assert QUICK.warm_in_s > 0  # the start-of-step transient is never counted
+    assert QUICK.step_cost(500.0) == pytest.approx(QUICK.warm_in_s + 2.0 + QUICK.step_overhead_s)
 
 
 # --- the evidence rule -------------------------------------------------------------------
@@ -289,7 +294,53 @@ def test_the_time_budget_is_shared_among_the_jobs_left() -> None:
 
     budget = Budget(total_s=720.0, started=0.0)
     assert budget.left(120.0) == 600.0
-    # 600 s left, 100 s set aside for memory runs, 5 jobs to go: 100 s for this one.
-    assert budget.job_deadline(120.0, 5, reserve_s=100.0) == pytest.approx(220.0)
-    assert budget.job_deadline(800.0, 2, reserve_s=0.0) == 800.0  # spent: no time at all
-    assert Budget(None, 0.0).job_deadline(5.0, 3, 10.0) == float("inf")
+    # 600 s left, 100 s set aside for memory runs, 5 jobs to go, each 20 s to start: 400 s
+    # of search time, 80 s each; this job's deadline is its own start plus its share.
+    assert budget.job_deadline(120.0, [20.0] * 5, reserve_s=100.0) == pytest.approx(220.0)
+    # A peer that starts slowly gets its longer start on top of the same share.
+    assert budget.job_deadline(120.0, [60.0, 20.0], reserve_s=100.0) == pytest.approx(120 + 60 + 210)
+    assert budget.job_deadline(800.0, [20.0] * 2, reserve_s=0.0) == 800.0  # spent: no time at all
+    # Less left than the starts need: never past what is left.
+    assert budget.job_deadline(700.0, [20.0] * 3, reserve_s=0.0) == pytest.approx(720.0)
+    assert Budget(None, 0.0).job_deadline(5.0, [20.0] * 3, 10.0) == float("inf")
+
+
+def test_a_jobs_time_is_shared_among_its_searches_left() -> None:
+    from bench.runner import Budget
+
+    # 90 s of the job left, 3 searches to go: 30 s for this one; the last gets the rest.
+    assert Budget.search_deadline(10.0, 100.0, 3) == pytest.approx(40.0)
+    # The first of 3 climbs the whole ladder: twice a repeat's share, half of the job's time.
+    assert Budget.search_deadline(10.0, 100.0, 3, first=True) == pytest.approx(55.0)
+    assert Budget.search_deadline(70.0, 100.0, 1) == pytest.approx(100.0)
+    assert Budget.search_deadline(120.0, 100.0, 2) == 120.0  # past the job's deadline
+    assert Budget.search_deadline(5.0, float("inf"), 3) == float("inf")
+
+
+def test_the_budget_sets_aside_each_jobs_start_and_the_memory_starts_it_will_need(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from bench.runner import (
+        JOB_OVERHEAD_DEFAULT_S,
+        JOB_OVERHEAD_S,
+        MEMORY_START_DEFAULT_S,
+        MODEL_COST_S,
+        Environment,
+        Job,
+        Runner,
+    )
+    from bench.setups import TUNED, all_setups
+    from bench.workload import FRAUD, WORKLOADS
+
+    env = Environment(run_dir=tmp_path, pool=tmp_path / "pool", probe=b"{}", server_cpus=(0,), load_cpus=(1,))
+    runner = Runner(QUICK, env, lambda _: None)
+    split = next(s for s in all_setups() if s.column == "split" and s.headline)
+    peer = next(s for s in all_setups() if s.kind == "peer")
+    per_start = MEMORY_START_DEFAULT_S + QUICK.memory_warmup_s
+    # Tuned's 1 worker is measured at its throughput start: one fresh start (4 workers) to come.
+    assert runner._memory_reserve(Job(FRAUD, TUNED, memory=True)) == pytest.approx(per_start)
+    assert runner._memory_reserve(Job(FRAUD, split, memory=True)) == pytest.approx(2 * per_start)
+    plain = runner._job_overhead(Job(FRAUD, TUNED), first=True)
+    assert runner._job_overhead(Job(FRAUD, peer), first=False) - plain == pytest.approx(
+        JOB_OVERHEAD_S["peer"] - JOB_OVERHEAD_DEFAULT_S)
+    heavy = WORKLOADS["fraud-transformer"]
+    assert runner._job_overhead(Job(heavy, TUNED), first=True) - plain == pytest.approx(MODEL_COST_S)
+    assert runner._job_overhead(Job(heavy, TUNED), first=False) == pytest.approx(plain)
