@@ -6,22 +6,26 @@ Shared by the example models' training scripts (`models.train_fraud`,
 identically, bit for bit (TensorFlow does not write the same SavedModel bytes twice: the
 graph's nodes and the checkpoint's entries come out in another order on each run, so a
 byte comparison would always differ). Bit for bit holds only between machines whose
-kernels run the same instruction set (`models.kernels`): each export records the one it
-was trained on, and an export trained on the other kind is held to a tolerance instead
-(`CrossKindTolerance`). Writes TF Serving's layout for one version:
+kernels run the same instruction set (`models.kernels`) with the same releases of the
+libraries training runs through (TensorFlow, Keras, NumPy, scikit-learn, Pillow: a new
+release can change an initializer's draws, a resampling filter or a data split): each
+export records both, and an export trained with other kernels or other releases is held
+to a tolerance instead (`CrossKindTolerance`). Writes TF Serving's layout for one version:
 
     <version_dir>/saved_model.pb, variables/             the servable (tag "serve")
     <version_dir>/assets.extra/tf_serving_warmup_requests
                                                          PredictionLog records that TF
                                                          Serving replays at load time
                                                          with --enable_model_warmup
-    <version_dir>/assets.extra/trained_on.json           the kernels' instruction set it
-                                                         was trained with (TF Serving
-                                                         ignores other assets.extra files)
+    <version_dir>/assets.extra/trained_on.json           the kernels' instruction set and
+                                                         the libraries' releases it was
+                                                         trained with (TF Serving ignores
+                                                         other assets.extra files)
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import shutil
 from collections.abc import Callable, Mapping, Sequence
@@ -168,14 +172,15 @@ def publish(
     if same_keys and all(np.array_equal(old[k], new[k]) for k in old):
         shutil.rmtree(staged)
         return f"kept {version_dir}: the new export's outputs are identical to the bit on {rows} probe rows"
-    committed_isa = trained_on(version_dir)
-    if same_keys and committed_isa is not None and committed_isa != isa:
+    committed = trained_with(version_dir)
+    here = trained_with(staged)
+    if same_keys and committed and committed != here:
         agreement = float(np.mean(tolerance.decide(old) == tolerance.decide(new)))
         mean_abs = float(np.mean(np.concatenate([np.abs(old[k] - new[k]).ravel() for k in old])))
         if agreement >= tolerance.min_agreement and mean_abs <= tolerance.max_mean_abs_difference:
             shutil.rmtree(staged)
             return (
-                f"kept {version_dir}: trained with other kernels ({isa}; the export's: {committed_isa}), "
+                f"kept {version_dir}: trained with other kernels or libraries ({_differences(committed, here)}), "
                 f"the new export's outputs are within the cross-kind tolerance on {rows} probe rows "
                 f"(decisions agree on {agreement:.2%}, mean |difference| {mean_abs:.2g} "
                 f"<= {tolerance.max_mean_abs_difference:g})"
@@ -189,16 +194,48 @@ def publish(
 
 def trained_on(version_dir: Path) -> str | None:
     """The kernels' instruction set `version_dir` was trained with (`trained_on.json`), if recorded."""
+    return trained_with(version_dir).get("kernel_isa")
+
+
+def trained_with(version_dir: Path) -> dict[str, str]:
+    """What `version_dir` was trained with (`trained_on.json`): "kernel_isa" and each recorded
+    library's release ("tensorflow", "keras", ...); empty when nothing is recorded. An export
+    recorded before the libraries were is read as such, so it never matches a full record."""
     path = version_dir / "assets.extra" / TRAINED_ON_FILE
     if not path.exists():
-        return None
-    return str(json.loads(path.read_text())["kernel_isa"])
+        return {}
+    return {str(k): str(v) for k, v in json.loads(path.read_text()).items()}
+
+
+#: The libraries whose releases can change what training produces (recorded with each export).
+TRAINING_LIBRARIES = ("tensorflow", "keras", "numpy", "scikit-learn", "pillow")
+
+
+def training_libraries() -> dict[str, str]:
+    """This process's release of each of `TRAINING_LIBRARIES` that is installed."""
+    releases: dict[str, str] = {}
+    for name in TRAINING_LIBRARIES:
+        try:
+            releases[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return releases
+
+
+def _differences(committed: Mapping[str, str], here: Mapping[str, str]) -> str:
+    """"keras 3.15.1 (the export's: 3.14.0), ..." for every entry that differs."""
+    keys = sorted(set(committed) | set(here), key=lambda k: (k != "kernel_isa", k))
+    return "; ".join(
+        f"{k} {here.get(k, 'unknown')} (the export's: {committed.get(k, 'not recorded')})"
+        for k in keys
+        if committed.get(k) != here.get(k)
+    )
 
 
 def _write_trained_on(version_dir: Path, isa: str) -> None:
     extra = version_dir / "assets.extra"
     extra.mkdir(parents=True, exist_ok=True)
-    record = {"kernel_isa": isa, "tensorflow": tf.__version__}
+    record = {"kernel_isa": isa, **training_libraries()}
     (extra / TRAINED_ON_FILE).write_text(json.dumps(record, indent=2) + "\n")
 
 
