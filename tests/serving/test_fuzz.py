@@ -54,8 +54,12 @@ def fuzz(max_examples: int) -> settings:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ExampleServer]:
-    # Bodies up to 8 MiB: the deep-nesting test below needs 4 MB.
-    with running_example_server(tmp_path_factory.mktemp("fuzz"), rest_api_max_body_bytes=8388608) as running:
+    # Bodies up to 8 MiB: the deep-nesting test below needs 4 MB. Its parse runs in serving's
+    # SCHED_IDLE JSON workers, which get no CPU while normal-priority work fills both cores (a
+    # busy CI box): its 10 s default bound answered 503 there, so this server allows 120 s.
+    with running_example_server(
+        tmp_path_factory.mktemp("fuzz"), rest_api_max_body_bytes=8388608, rest_api_json_process_timeout_in_ms=120_000
+    ) as running:
         yield running
 
 
