@@ -1,4 +1,5 @@
-"""Every error answered on the OIP's paths has the spec's `error`, whoever answers it.
+"""Every error answered on the OIP's paths has the spec's `error`, whoever answers it; a client
+that hangs up mid-body is a 400 like on a model route, never a 500.
 
 The API runs under gunicorn as deployed (one worker, so the HTTP server's own refusals are
 `api.http_server.ApiHttpProtocol`'s) with one request in flight at most, in front of the fake
@@ -8,15 +9,17 @@ serving tier (nothing here reaches a model). Raw sockets are the clients.
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import httpx
 import orjson
 import pytest
 
 from tests.api.stack import launch_fake, wait_ready
 from tests.http_hardening.wire import connect, read_response
-from tests.support import Process, free_port, http_ok, start_gunicorn, wait_until
+from tests.support import Process, free_port, http_ok, ops_url, start_gunicorn, wait_until
 
 INFER = "/v2/models/fraud/infer"
 
@@ -114,3 +117,19 @@ def test_the_503_at_the_in_flight_limit_on_infer_carries_error(api: Api) -> None
         assert document["error"].startswith("at the limit of requests in flight (1 of 1"), document
     finally:
         held.close()
+
+
+def test_a_client_gone_mid_body_is_a_400_not_a_500(api: Api) -> None:
+    log = api.proc.log_path
+    before = log.read_text()
+    _started_body(api.port).close()
+    # Its line in the access log is written once the app has answered (to no one).
+    wait_until(lambda: f"POST {INFER} " in log.read_text()[len(before) :], 10, "its access log line")
+    time.sleep(0.2)  # and whatever else it logs
+    written = log.read_text()[len(before) :]
+    assert f"POST {INFER} 400" in written, written
+    assert "Traceback" not in written and "ClientDisconnect" not in written and "unhandled" not in written, written
+    metrics = httpx.get(f"{ops_url(api.proc)}/metrics").text
+    infer = [line for line in metrics.splitlines() if INFER.replace("fraud", "{model_name}") in line]
+    assert any('status="400"' in line for line in infer), infer
+    assert not any('status="500"' in line for line in infer), infer
