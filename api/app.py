@@ -243,7 +243,6 @@ def create_app(
         loop_monitor=observability.loop_monitor,
         access_log=observability.access_log,
         tracing=observability.tracing,
-        error_field_prefixes=(oip.prefix,) if oip.enabled else (),
         front_door=front_door,
     )
     app.include_router(health.router)

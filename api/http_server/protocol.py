@@ -8,8 +8,9 @@ numbers):
 - **Open connections.** At most `max_connections` per worker (`connections`): the one
   without a request for the longest is closed to make room, else the new one. Closures the
   server decides are counted in `api_connections_closed_total{reason}`.
-- **Refusals** in the API's error shape (`api.request.errors`: `detail`, `code`, `request_id`)
-  with a fresh request id, also in `X-Request-ID`.
+- **Refusals** in the API's error shape (`api.request.errors.error_document`: `detail`, `code`,
+  `request_id`, and OIP's `error` when the target is under `/v2`) with a fresh request id,
+  also in `X-Request-ID`.
 - **Graceful shutdown** with a drain window (`shutdown_drain_s`, 1 s): uvicorn closes every
   connection without a request in progress at once, and a request a client sent on a
   kept-alive connection just before or after is reset, unanswered (measured under load:
@@ -21,14 +22,13 @@ from __future__ import annotations
 from typing import Any, Final
 
 import httptools
-import orjson
 
 from api.http_server.connections import registry_for
 from api.http_server.limits import ConnectionLimits
 from api.request.admission.in_flight import claimed_board
 from api.request.admission.rules import EXEMPT_PATHS
 from api.request.context import new_request_id
-from api.request.errors import RETRY_AFTER_S
+from api.request.errors import RETRY_AFTER_S, error_document
 from http_hardening.limits import ErrorAnswer, Refusal
 from http_hardening.protocol import HardenedHttpProtocol
 
@@ -107,7 +107,10 @@ class ApiHttpProtocol(HardenedHttpProtocol):
         code, reason = _CODES[refusal]
         self.registry.closed(reason)
         request_id = new_request_id()
-        body = orjson.dumps({"detail": self._detail(refusal), "code": code, "request_id": request_id})
+        # The target as far as it was read (all of it but for a slow head's): its path chooses
+        # the shape, as for the app's own errors.
+        path = bytes(getattr(self, "url", b"")).decode("latin-1")
+        body = error_document(code, self._detail(refusal), request_id, path)
         headers = [(b"x-request-id", request_id.encode("ascii"))]
         if refusal in (Refusal.OVERLOADED, Refusal.AT_CAPACITY):
             headers.append(_RETRY_AFTER)

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, HTTPException, Query, Request
+from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
 from api.observability.metrics import ApiMetrics
@@ -29,10 +30,10 @@ from api.oip.datatypes import TensorDataError
 from api.oip.service import OipService
 from api.oip.types import OipError
 from api.request.context import current_context
-from api.request.errors import RETRY_AFTER_S, error_response
+from api.request.errors import OIP_PATH_PREFIX, RETRY_AFTER_S, error_response
 from api.serving_client import Code
 
-PREFIX: Final = "/v2"
+PREFIX: Final = OIP_PATH_PREFIX  # whose errors carry `error` (api.request.errors)
 #: The probes: never refused for load (`Limits.exempt_paths`).
 PROBE_PATHS: Final = frozenset({"/v2/health/live", "/v2/health/ready"})
 _JSON: Final = "application/json"
@@ -56,6 +57,20 @@ def oip_error_response(exc: OipError, metrics: ApiMetrics) -> Response:
     status = exc.http_status
     headers = {"Retry-After": str(RETRY_AFTER_S)} if status == 503 else None
     return error_response(status, exc.code.name.lower(), exc.message, headers)
+
+
+async def _body(request: Request) -> bytes:
+    """The request's body, read whole.
+
+    Raises:
+        HTTPException: 400, the client hung up before its body was in: what FastAPI raises when
+            a model route's body cannot be read (the same words, answered and logged as 400
+            by the same handler), not an unhandled exception (500).
+    """
+    try:
+        return await request.body()
+    except ClientDisconnect:
+        raise HTTPException(400, "There was an error parsing the body") from None
 
 
 def _service(request: Request) -> OipService:
@@ -118,7 +133,7 @@ def oip_router() -> APIRouter:
         metrics: ApiMetrics = request.app.state.metrics
         try:
             with ctx.stage("validate"):
-                body = await request.body()
+                body = await _body(request)
                 length = rest_codec.parse_header_length(request.headers.get(rest_codec.HEADER_LENGTH), len(body))
                 parsed = rest_codec.parse_infer_request(body, length, model_name, model_version)
             with ctx.stage("serving"):

@@ -61,9 +61,8 @@ class RequestContext:
         model_name / model_version: the servable that answered, once a model did.
         arm: the rollout arm the request was assigned (`stable`, `canary`, `pinned`;
             `api.rollouts`), once it was.
-        error_field: error answers also carry their detail as text under `error`, the Open
-            Inference Protocol's error shape (`api.request.errors`); set by the middleware
-            on the paths that speak it.
+        path: the request's path (ASGI `path`), which chooses its errors' shape
+            (`api.request.errors.error_document`); set by the middleware.
         credential_id: the client the front door accepted (`key:<id>`, `jwt:<subject>`;
             `api.security.front_door`), None without authentication.
     """
@@ -75,7 +74,7 @@ class RequestContext:
     model_name: str | None = None
     model_version: int | None = None
     arm: str | None = None
-    error_field: bool = False
+    path: str = ""
     credential_id: str | None = None
 
     @classmethod

@@ -26,8 +26,11 @@ the request's `X-Request-ID` (see `api.request.context`). `code` is one of:
 | 503 | `serving_misconfigured` | serving has no such model, version or signature |
 | 504 | `deadline_exceeded` | the request's time budget ran out |
 
-On the Open Inference Protocol's paths (`api.oip`) the body also carries `"error"`, the
-detail as text, first: OIP's `{"error": "..."}`, which its clients read.
+On the Open Inference Protocol's paths (`OIP_PATH_PREFIX`, `/v2`: `api.oip`) the body also
+carries `"error"`, the detail as text, first: OIP's `{"error": "..."}`, which its clients read.
+`error_document` chooses it by the request's path, for every answer: the routes', the
+middleware's (admission) and the HTTP server's own refusals (`api.http_server.protocol`:
+414, 431, 408, 503 from the head).
 
 Serving failures (`api.serving_client.ServingError` subclasses) and our own deadline
 are mapped to these in `ERROR_TABLE` only. Exceptions that leave a route are answered by
@@ -40,7 +43,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from http import HTTPStatus
-from typing import Any
+from typing import Any, Final
 
 import orjson
 from fastapi import FastAPI, Request
@@ -64,6 +67,9 @@ logger = logging.getLogger("api.request.errors")
 
 # Seconds a client should wait before retrying a 503 (`Retry-After`).
 RETRY_AFTER_S = 1
+#: The Open Inference Protocol's REST paths (`open_inference_rest.yaml`: `/v2`, `/v2/...`):
+#: their errors carry OIP's `error` field (`error_document`), whether OIP is on or not.
+OIP_PATH_PREFIX: Final = "/v2"
 
 class PayloadTooLarge(Exception):
     """A request's payload (an uploaded file) is over its route's limit (HTTP 413); the
@@ -88,14 +94,30 @@ MAX_VALIDATION_ERRORS = 20
 MAX_ECHO_CHARS = 200
 
 
-def error_body(status: int, code: str, detail: Any, extra: Mapping[str, Any] | None = None) -> bytes:
-    """The JSON error body: `{"detail", "code", "request_id"}` (see module doc), and `extra`'s
-    keys after them where an answer says more (`/readyz`'s per-model report)."""
-    ctx = current_request()
-    body = {"detail": detail, "code": code, "request_id": ctx.request_id if ctx is not None else None}
-    if ctx is not None and ctx.error_field:  # the Open Inference Protocol's `{"error": ...}` first
+def speaks_oip(path: str) -> bool:
+    """Whether `path` (a request's path, or its target with the query) is one of the Open
+    Inference Protocol's (`OIP_PATH_PREFIX` itself, or below it)."""
+    return path.startswith(OIP_PATH_PREFIX) and path[len(OIP_PATH_PREFIX) : len(OIP_PATH_PREFIX) + 1] in ("", "/", "?")
+
+
+def error_document(
+    code: str, detail: Any, request_id: str | None, path: str, extra: Mapping[str, Any] | None = None
+) -> bytes:
+    """The one writer of the API's JSON error body: `{"detail", "code", "request_id"}` (see
+    module doc), OIP's `"error"` (the detail as text) first on an OIP path (`speaks_oip`), and
+    `extra`'s keys after them where an answer says more (`/readyz`'s per-model report)."""
+    body: dict[str, Any] = {"detail": detail, "code": code, "request_id": request_id}
+    if speaks_oip(path):
         body = {"error": error_text(detail), **body}
     return orjson.dumps({**body, **extra} if extra else body)
+
+
+def error_body(status: int, code: str, detail: Any, extra: Mapping[str, Any] | None = None) -> bytes:
+    """`error_document` for the current request (`api.request.context`: its id and path)."""
+    ctx = current_request()
+    if ctx is None:
+        return error_document(code, detail, None, "", extra)
+    return error_document(code, detail, ctx.request_id, ctx.path, extra)
 
 
 def error_text(detail: Any) -> str:

@@ -141,8 +141,6 @@ class RequestMiddleware:
         loop_monitor: told which route each request task serves; None to skip.
         access_log: where the per-request JSON line goes.
         tracing: the request spans' maker; None: tracing is off.
-        error_field_prefixes: paths under these answer errors with the Open Inference
-            Protocol's `error` field too (`RequestContext.error_field`).
         front_door: authentication and rate limits, asked first; None when both are off.
     """
 
@@ -156,11 +154,9 @@ class RequestMiddleware:
         loop_monitor: LoopMonitor | None,
         access_log: AccessLog,
         tracing: Tracing | None = None,
-        error_field_prefixes: tuple[str, ...] = (),
         front_door: FrontDoor | None = None,
     ) -> None:
         self.app = app
-        self._error_field_prefixes = error_field_prefixes
         self.front_door = front_door
         self.limits = limits
         self.in_flight = in_flight
@@ -215,8 +211,7 @@ class RequestMiddleware:
 
         try:
             path = scope["path"]
-            if self._error_field_prefixes and path.startswith(self._error_field_prefixes):
-                ctx.error_field = True
+            ctx.path = path  # chooses the error shape (OIP's `error` on /v2: api.request.errors)
             counted = path not in limits.exempt_paths
             limit = limits.body_limit(path)
             declared = declared_length(scope["headers"])

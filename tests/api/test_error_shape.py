@@ -1,4 +1,5 @@
-"""Every non-2xx answer of the API has one JSON shape: {"detail", "code", "request_id"}.
+"""Every non-2xx answer of the API has one JSON shape: {"detail", "code", "request_id"} (and OIP's
+"error" first on the /v2 paths).
 
 In process (FastAPI's TestClient runs the real app, lifespan included), with serving
 pointed at a port where nothing listens, plus the pure helpers that bound 422 bodies.
@@ -8,13 +9,21 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import orjson
 import pytest
 from fastapi import APIRouter
 from fastapi.testclient import TestClient
 
 from api.app import create_app
 from api.config.settings import Settings
-from api.request.errors import ERROR_TABLE, MAX_VALIDATION_ERRORS, bounded, bounded_validation_errors, classify
+from api.request.errors import (
+    ERROR_TABLE,
+    MAX_VALIDATION_ERRORS,
+    bounded,
+    bounded_validation_errors,
+    classify,
+    error_document,
+)
 from api.serving_client import (
     Code,
     DeadlineExceeded,
@@ -168,6 +177,29 @@ def test_timeout_header_and_body_limit_answers_use_the_shape(client: TestClient)
 )
 def test_the_one_table(exc: Exception, status: int, code: str) -> None:
     assert classify(exc)[:2] == (status, code)
+
+
+def test_an_error_on_an_oip_path_has_its_error_field_first_even_with_the_front_off(client: TestClient) -> None:
+    response = client.get("/v2/models/fraud")  # no OIP routes in this app: Starlette's 404
+    assert response.status_code == 404
+    assert response.json() == {
+        "error": "Not Found",
+        "detail": "Not Found",
+        "code": "not_found",
+        "request_id": response.headers["x-request-id"],
+    }
+
+
+@pytest.mark.parametrize(
+    ("path", "oip"),
+    [("/v2", True), ("/v2/models/m/infer", True), ("/v2?x=1", True), ("/v2x", False), ("/v1/v2", False), ("", False)],
+)
+def test_the_error_document_is_chosen_by_path(path: str, oip: bool) -> None:
+    detail = [{"msg": "a"}, {"msg": "b"}]  # a 422's list: `error` is its messages as one line
+    document = orjson.loads(error_document("validation_error", detail, "id", path))
+    assert ("error" in document) is oip
+    if oip:
+        assert list(document) == ["error", "detail", "code", "request_id"] and document["error"] == "a; b"
 
 
 def test_every_table_row_is_reachable() -> None:
