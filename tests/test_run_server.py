@@ -398,9 +398,9 @@ def test_api_host_keeps_the_oip_grpc_port_on_its_interface(tmp_path: Path) -> No
     "signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["sigint", "sigterm", "sighup"]
 )
 def test_a_signal_to_the_whole_group_drains_requests_in_flight(tmp_path: Path, signum: int) -> None:
-    """Ctrl-C (SIGINT), a closed terminal (SIGHUP) or `kill -- -PGID` reaches run-server.sh's whole process group at once:
-    the tiers do not hear it, run-server.sh stops the API first (gunicorn drains) and then
-    serving, so every request sent before the signal is answered 200."""
+    """Ctrl-C (SIGINT), a closed terminal (SIGHUP) or `kill -- -PGID` reaches run-server.sh's
+    whole process group at once: the tiers do not hear it, run-server.sh stops the API first
+    (gunicorn drains) and then serving, so every request sent before the signal is answered 200."""
     env = one_worker_env(TMPDIR=str(tmp_path))
     proc = start_run_server(tmp_path / "run-server.log", **env)
     url = f"http://127.0.0.1:{env['API_PORT']}/v1/fraud/score"
