@@ -18,7 +18,11 @@
 # one TensorFlow thread each, so the two tiers never have more busy threads than CPUs
 # (from 2 CPUs up; `make doctor` checks it).
 # SIGTERM/SIGINT/SIGHUP stop both: the API first (it drains in-flight requests), then serving,
-# and the script exits 0.
+# and the script exits 0. Each tier runs in a session of its own (setsid), so a signal to this
+# script's whole process group (Ctrl-C, a closed terminal, kill -- -PGID) reaches this script
+# alone and the stop stays in that order: otherwise serving stopped under requests the API was
+# still answering (503 serving_unavailable) and gunicorn's master took SIGINT as a quick
+# shutdown (connections reset).
 #
 # Serving's REST and gRPC ports are bound to SERVING_BIND_HOST, loopback by default: in
 # this mode only the API is meant to be reachable from outside the container. With python -m
@@ -124,16 +128,27 @@ api_pid=
 backoff_pid=
 waiter_pid=
 
+# Runs "$@" in a session of its own (see the top: the group's signals are this script's to
+# order). The caller is a background child, never a process group leader, so setsid(1)
+# calls setsid() and execs without forking: $! stays the tier's pid, to wait on and signal.
+# Output still goes to the inherited stdout/stderr (the terminal or the log).
+own_session() {
+  if command -v setsid >/dev/null 2>&1; then
+    exec setsid "$@"
+  fi
+  exec "$PYTHON" -c 'import os, sys; os.setsid(); os.execvp(sys.argv[1], sys.argv[1:])' "$@"
+}
+
 # Starts the model server in the background; sets serving_pid. PROMETHEUS_MULTIPROC_DIR is
 # the API's (gunicorn's workers share it): the model server, which also uses
 # prometheus-client, must not write its metrics there (nor fail when it does not exist yet).
 start_serving() {
   if command -v tensorflow_model_server >/dev/null 2>&1; then
     log "serving tier: tensorflow_model_server (it binds every interface: it has no bind-address flag)"
-    env -u PROMETHEUS_MULTIPROC_DIR tensorflow_model_server "${serving_flags[@]}" ${SERVING_ARGS:-} &
+    (own_session env -u PROMETHEUS_MULTIPROC_DIR tensorflow_model_server "${serving_flags[@]}" ${SERVING_ARGS:-}) &
   else
     log "serving tier: python -m serving on ${SERVING_BIND_HOST} (tensorflow_model_server is not on PATH)"
-    (cd "$HERE" && exec env -u PROMETHEUS_MULTIPROC_DIR "$PYTHON" -m serving "${serving_flags[@]}" \
+    (cd "$HERE" && own_session env -u PROMETHEUS_MULTIPROC_DIR "$PYTHON" -m serving "${serving_flags[@]}" \
       --grpc_host="$SERVING_BIND_HOST" --rest_api_host="$SERVING_BIND_HOST" ${SERVING_ARGS:-}) &
   fi
   serving_pid=$!
@@ -223,7 +238,7 @@ export API_BIND="${API_HOST}:${API_PORT}"
 export API_OPS_BIND="${API_OPS_BIND-${API_HOST}:9000}"
 # The OIP gRPC port (OIP__MODELS, OIP__GRPC_PORT) on the same interface.
 export OIP__GRPC_HOST="${OIP__GRPC_HOST:-${API_HOST}}"
-(cd "$HERE" && exec "$PYTHON" -m gunicorn -c gunicorn.conf.py 'api.app:create_app()') &
+(cd "$HERE" && own_session "$PYTHON" -m gunicorn -c gunicorn.conf.py 'api.app:create_app()') &
 api_pid=$!
 
 # Report readiness once the API itself answers /readyz; meanwhile print the reason it
@@ -265,8 +280,7 @@ fi
 
 # Supervise: serving is restarted (with backoff, a bounded number of times); the API
 # exiting ends everything. A tier that exits 0 was told to stop (both exit 0 on SIGINT or
-# SIGTERM): Ctrl-C reaches the whole foreground group, and bash does not run its INT trap
-# when the child it waited for exited 0 after that SIGINT, so a clean exit is a stop, not a
+# SIGTERM, e.g. a signal sent to the tier's own process): a clean exit is a stop, not a
 # crash to restart.
 set +e
 while true; do

@@ -94,6 +94,9 @@ def test_make_run_stopped_exits_0(tmp_path: Path, stop: str) -> None:
     text = terminal.output.decode(errors="replace")
     assert code == 0, text[-4000:]
     assert "run-server: stopping" in text and "make: ***" not in text, text[-3000:]
+    # Each tier runs in a session of its own (run-server.sh): its output still reaches the
+    # terminal, and the API stopped (drained) before serving.
+    assert text.index("Shutting down: Master") < text.rindex("Server stopped"), text[-3000:]
     assert not list(tmp_path.glob("serving-sockets.*"))  # run-server cleaned up after both tiers
 
 

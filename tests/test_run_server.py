@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import os
 import shutil
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -390,3 +392,65 @@ def test_api_host_keeps_the_oip_grpc_port_on_its_interface(tmp_path: Path) -> No
         assert listening_addresses(int(env["API_PORT"])) == {"127.0.0.1"}
     finally:
         assert proc.stop(timeout_s=60) == 0, proc.log()
+
+
+@pytest.mark.parametrize(
+    "signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["sigint", "sigterm", "sighup"]
+)
+def test_a_signal_to_the_whole_group_drains_requests_in_flight(tmp_path: Path, signum: int) -> None:
+    """Ctrl-C (SIGINT), a closed terminal (SIGHUP) or `kill -- -PGID` reaches run-server.sh's
+    whole process group at once: the tiers do not hear it, run-server.sh stops the API first
+    (gunicorn drains) and then serving, so every request sent before the signal is answered 200."""
+    env = one_worker_env(TMPDIR=str(tmp_path))
+    proc = start_run_server(tmp_path / "run-server.log", **env)
+    url = f"http://127.0.0.1:{env['API_PORT']}/v1/fraud/score"
+    bodies = transactions(64, seed=5)
+    signalled = threading.Event()
+    answered: list[int] = []
+    failed: list[str] = []
+
+    async def caller(client: httpx.AsyncClient, n: int) -> None:
+        while not signalled.is_set():
+            try:
+                response = await client.post(url, json=bodies[n % len(bodies)])
+            except httpx.HTTPError as error:
+                failed.append(repr(error))
+            else:
+                if response.status_code == 200:
+                    answered.append(200)
+                else:
+                    failed.append(f"{response.status_code} {response.text[:200]}")
+            n += len(bodies)
+
+    async def load() -> None:
+        async with httpx.AsyncClient(timeout=30.0, limits=httpx.Limits(max_connections=CONCURRENCY)) as client:
+            await asyncio.gather(*(caller(client, n) for n in range(CONCURRENCY)))
+
+    loader = threading.Thread(target=asyncio.run, args=(load(),), daemon=True)
+    try:
+        wait_run_server(proc)
+        descendants = children_of(proc.popen.pid)
+        loader.start()
+        wait_until(lambda: len(answered) >= 2 * CONCURRENCY or bool(failed), 60, "load under way")
+        assert not failed, failed[:3]
+        # Each caller stops after the answer in flight now: every request counted was sent
+        # before the signal.
+        signalled.set()
+        os.killpg(proc.popen.pid, signum)
+        code = proc.popen.wait(90)
+        loader.join(60)
+    finally:
+        signalled.set()
+        proc.stop(timeout_s=60)
+    assert not loader.is_alive()
+    assert not failed, (len(failed), failed[:5], proc.log())
+    assert code == 0, proc.log()
+    log = proc.log(None)
+    assert "run-server: stopping" in log
+    # The ordered stop: gunicorn's master finished draining before serving stopped.
+    assert log.index("Shutting down: Master") < log.rindex("Server stopped"), log[-3000:]
+    alive = [p for p in descendants if Path(f"/proc/{p}").exists() and not _zombie(p)]
+    assert not alive, f"left running: {alive}"
+
+
+CONCURRENCY = 50  # requests kept in flight while the group is signalled
