@@ -94,6 +94,7 @@ class ApiHttpProtocol(HardenedHttpProtocol):
         if board is None or not board.full():
             return False
         return httptools.parse_url(self.url).path.decode("latin-1") not in EXEMPT_PATHS
+
     def connection_dropped(self, reason: str) -> None:
         self.registry.closed(reason)
 
@@ -139,6 +140,5 @@ class ApiHttpProtocol(HardenedHttpProtocol):
             board = claimed_board()
             if board is None:
                 return "at the limit of requests in flight"
-            busy, limit = board.totals()
-            return f"at the limit of requests in flight ({busy} of {limit}, {board.per_worker} per worker)"
+            return board.refusal_detail()
         return "the server is shutting down"

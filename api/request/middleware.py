@@ -301,8 +301,7 @@ class RequestMiddleware:
             if isinstance(verdict, Refusal):
                 return error_response(verdict.status, verdict.code, verdict.detail, verdict.headers)
         if counted and self.in_flight.full():
-            busy, limit = self.in_flight.totals()
-            detail = f"at the limit of requests in flight ({busy} of {limit}, {limits.max_in_flight} per worker)"
+            detail = self.in_flight.refusal_detail()
             return error_response(503, "overloaded", detail, {"Retry-After": str(RETRY_AFTER_S)})
         try:
             budget = limits.time_budget(scope["headers"])

@@ -126,6 +126,12 @@ class InFlightBoard:
         self._look()
         return sum(self._counts[i] for i in self._live), self.per_worker * len(self._live)
 
+    def refusal_detail(self) -> str:
+        """What a request refused at the limit is told (the 503's `detail`): the totals and the
+        per-worker share, e.g. "at the limit of requests in flight (64 of 64, 64 per worker)"."""
+        busy, limit = self.totals()
+        return f"at the limit of requests in flight ({busy} of {limit}, {self.per_worker} per worker)"
+
     def _look(self, *, force: bool = False) -> None:
         """Refresh the live slots: at once when a slot was taken or freed, and look for dead
         workers at most once a `REFRESH_S`."""
