@@ -26,7 +26,7 @@ import httptools
 from api.http_server.connections import registry_for
 from api.http_server.limits import ConnectionLimits
 from api.request.admission.in_flight import claimed_board
-from api.request.admission.rules import EXEMPT_PATHS
+from api.request.admission.rules import EXEMPT_PATHS, OIP_PROBE_PATHS
 from api.request.context import new_request_id
 from api.request.errors import RETRY_AFTER_S, error_document
 from http_hardening.limits import ErrorAnswer, Refusal
@@ -51,6 +51,9 @@ _CODES: Final = {
     Refusal.AT_CAPACITY: ("overloaded", "in_flight"),
 }
 _RETRY_AFTER: Final = (b"retry-after", str(RETRY_AFTER_S).encode("ascii"))
+# Never refused for load here either: the API's probes and metrics, and OIP's probes (a 404
+# when its front is off, which costs as little as any other).
+_EXEMPT_PATHS: Final = EXEMPT_PATHS | OIP_PROBE_PATHS
 
 
 class ApiHttpProtocol(HardenedHttpProtocol):
@@ -65,7 +68,7 @@ class ApiHttpProtocol(HardenedHttpProtocol):
     """
 
     def __init__(self, *uvicorn_args: Any, limits: ConnectionLimits = _DEFAULT_LIMITS, **uvicorn_kwargs: Any) -> None:
-        super().__init__(*uvicorn_args, limits=limits.http_limits(EXEMPT_PATHS), **uvicorn_kwargs)
+        super().__init__(*uvicorn_args, limits=limits.http_limits(_EXEMPT_PATHS), **uvicorn_kwargs)
         self.limits = limits
         self.registry = registry_for(self.server_state, limits.max_connections)
 
@@ -93,7 +96,7 @@ class ApiHttpProtocol(HardenedHttpProtocol):
         board = claimed_board()
         if board is None or not board.full():
             return False
-        return httptools.parse_url(self.url).path.decode("latin-1") not in EXEMPT_PATHS
+        return httptools.parse_url(self.url).path.decode("latin-1") not in _EXEMPT_PATHS
 
     def connection_dropped(self, reason: str) -> None:
         self.registry.closed(reason)

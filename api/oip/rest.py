@@ -29,13 +29,14 @@ from api.oip import rest_codec, schemas
 from api.oip.datatypes import TensorDataError
 from api.oip.service import OipService
 from api.oip.types import OipError
+from api.request.admission.rules import OIP_PROBE_PATHS
 from api.request.context import current_context
 from api.request.errors import OIP_PATH_PREFIX, RETRY_AFTER_S, error_response
 from api.serving_client import Code
 
 PREFIX: Final = OIP_PATH_PREFIX  # whose errors carry `error` (api.request.errors)
 #: The probes: never refused for load (`Limits.exempt_paths`).
-PROBE_PATHS: Final = frozenset({"/v2/health/live", "/v2/health/ready"})
+PROBE_PATHS: Final = OIP_PROBE_PATHS
 _JSON: Final = "application/json"
 _OCTETS: Final = "application/octet-stream"
 

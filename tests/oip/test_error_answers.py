@@ -115,6 +115,10 @@ def test_the_503_at_the_in_flight_limit_on_infer_carries_error(api: Api) -> None
         document = answers[-1][1]
         _assert_oip_error(document, "overloaded")
         assert document["error"].startswith("at the limit of requests in flight (1 of 1"), document
+        # The probes are never refused for load, OIP's as the API's own.
+        for probe in ("/v2/health/live", "/healthz"):
+            status, _ = _answer(api.port, f"GET {probe} HTTP/1.1\r\nHost: a\r\n\r\n".encode())
+            assert status == 200, probe
     finally:
         held.close()
 

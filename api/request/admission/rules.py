@@ -38,6 +38,8 @@ TIMEOUT_HEADER: Final = "x-request-timeout-ms"
 # Never refused for load: liveness/readiness must answer while the worker is busy,
 # and metrics are how the overload is seen.
 EXEMPT_PATHS: Final = frozenset({"/healthz", "/readyz", "/metrics"})
+#: The Open Inference Protocol's probes (`api.oip`), exempt like ours while its front is on.
+OIP_PROBE_PATHS: Final = frozenset({"/v2/health/live", "/v2/health/ready"})
 
 _TIMEOUT_HEADER: Final = TIMEOUT_HEADER.encode("ascii")
 _CONTENT_LENGTH: Final = b"content-length"
