@@ -441,8 +441,8 @@ class HardenedHttpProtocol(HttpToolsProtocol):
         A refusal that closes the connection sends its client through connect() and the
         listening socket again for its next request, and under overload most requests are
         refused: each refusal then costs an accept, a new protocol and a close besides the
-        answer, and the 256-deep accept queue overflows between the loop's turns (`nstat`
-        TcpExtListenOverflows, thousands in a run), so the dropped SYNs come back after the
+        answer, and an accept queue of 256 (the API's backlog then) overflowed between the loop's
+        turns (`nstat` TcpExtListenOverflows, thousands in a run), so the dropped SYNs come back after the
         kernel's 1 s and 3 s retries: requests the server never sees in time to refuse, which
         fail at the client. Measured (`python -m bench.overload --setups split`, the API and
         serving pinned to one shared CPU, keep-alive clients, three runs): at 3x capacity the
