@@ -376,12 +376,12 @@ class Runner:
         """Every job's throughput and latency, then memory (see the module docstring)."""
         results = BenchResults(meta={}, setups=[])
         memory_starts = {id(j): self._memory_reserve(j) for j in jobs if j.memory}
-        overhead = {id(j): self._job_overhead(j, first=all(o.workload.name != j.workload.name for o in jobs[:i]))
-                    for i, j in enumerate(jobs)}
+        # Whether each job is the first of its workload (the model's cost is measured before it).
+        firsts = [all(o.workload.name != j.workload.name for o in jobs[:i]) for i, j in enumerate(jobs)]
+        overhead = {id(j): self._job_overhead(j, first=first) for j, first in zip(jobs, firsts, strict=True)}
         for index, job in enumerate(jobs):
             setup, workload = job.setup, job.workload
-            first_of_workload = all(j.workload.name != workload.name for j in jobs[:index])
-            if first_of_workload:
+            if firsts[index]:
                 if workload.name in MODEL_COST_WORKLOADS:
                     self.model_costs[workload.name] = self.model_cost(workload)
                 has_tuned = any(j.workload.name == workload.name and j.setup.column == "tuned"
