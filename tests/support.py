@@ -68,6 +68,16 @@ def children_running(pid: int, module: str) -> set[int]:
     return pids
 
 
+def process_running(pid: int) -> bool:
+    """`pid` exists and has not exited: a zombie (exited, its parent has not reaped it yet)
+    counts as gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
 def local_models_config(tmp_dir: Path) -> Path:
     """models.config with its /models/ prefix pointed at this checkout's models/."""
     text = (REPO / "models.config").read_text().replace('"/models/', f'"{REPO}/models/')

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import REPO, free_port, wait_until
+from tests.support import REPO, free_port, process_running, wait_until
 
 READY_S = 240.0
 
@@ -216,16 +216,7 @@ def _descendants(pid: int) -> dict[int, list[bytes]]:
 
 def _left(pids: Iterable[int], ports: list[int]) -> list[str]:
     """Which of `pids` still run and which of `ports` still accept connections."""
-    return [f"pid {pid}" for pid in sorted(pids) if _alive(pid)] + [f"port {p}" for p in ports if _accepts(p)]
-
-
-def _alive(pid: int) -> bool:
-    """`pid` exists and is not a zombie (a zombie has stopped; its parent has not reaped it yet)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    return [f"pid {pid}" for pid in sorted(pids) if process_running(pid)] + [f"port {p}" for p in ports if _accepts(p)]
 
 
 def _accepts(port: int) -> bool:

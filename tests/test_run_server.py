@@ -21,6 +21,7 @@ from tests.support import (
     Process,
     free_port,
     http_ok,
+    process_running,
     run_server_env,
     start_run_server,
     wait_run_server,
@@ -330,7 +331,7 @@ def test_serving_is_restarted_while_the_api_answers_503_and_gives_up_after_repea
 
         first = serving_pid_of(proc.popen.pid)
         os.kill(first, signal.SIGKILL)
-        wait_until(lambda: not Path(f"/proc/{first}").exists() or _zombie(first), 10, "serving to die")
+        wait_until(lambda: not process_running(first), 10, "serving to die")
         down = score()
         assert down.status_code == 503 and down.json()["code"] == "serving_unavailable", down.text
         assert httpx.get(api + "/readyz", timeout=5).status_code == 503
@@ -347,13 +348,6 @@ def test_serving_is_restarted_while_the_api_answers_503_and_gives_up_after_repea
         assert not http_ok(api + "/healthz")
     finally:
         proc.stop(timeout_s=60)
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
 
 
 @pytest.mark.skipif(shutil.which("taskset") is None, reason="taskset not installed")
@@ -449,7 +443,7 @@ def test_a_signal_to_the_whole_group_drains_requests_in_flight(tmp_path: Path, s
     assert "run-server: stopping" in log
     # The ordered stop: gunicorn's master finished draining before serving stopped.
     assert log.index("Shutting down: Master") < log.rindex("Server stopped"), log[-3000:]
-    alive = [p for p in descendants if Path(f"/proc/{p}").exists() and not _zombie(p)]
+    alive = [p for p in descendants if process_running(p)]
     assert not alive, f"left running: {alive}"
 
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
+from tests.support import process_running
 from tools.processes import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -33,15 +33,6 @@ def test_waits(child):
 '''
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie (exited, not yet reaped by its new parent) counts as gone.
-    return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
-
-
 def test_sigterm_to_pytest_runs_the_fixtures_teardown(tmp_path: Path) -> None:
     pid_file = tmp_path / "child.pid"
     (tmp_path / "test_blocks.py").write_text(_TEST_FILE.format(pid_file=str(pid_file)))
@@ -52,10 +43,10 @@ def test_sigterm_to_pytest_runs_the_fixtures_teardown(tmp_path: Path) -> None:
     try:
         wait_until(pid_file.exists, timeout_s=60, what="the fixture's child")
         child = int(pid_file.read_text())
-        assert _alive(child)
+        assert process_running(child)
         run.send_signal(signal.SIGTERM)
         output, _ = run.communicate(timeout=30)
-        wait_until(lambda: not _alive(child), timeout_s=10, what="the child's end")
+        wait_until(lambda: not process_running(child), timeout_s=10, what="the child's end")
     finally:
         if run.poll() is None:
             run.kill()
