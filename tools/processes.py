@@ -76,11 +76,27 @@ class NotReady(StartError, TimeoutError):
     """The condition waited for did not hold in time."""
 
 
+# Ports `free_port` has handed out in this process. The kernel may give the port it has just
+# freed to the next bind to port 0: two calls in a row once returned the same port, and a
+# `make run` got REST_API_PORT = GRPC_PORT (serving refuses that). So a port is handed out once.
+_HANDED_OUT: set[int] = set()
+_FREE_PORT_TRIES = 64
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A TCP port on 127.0.0.1 that was free a moment ago and that this process was not given before.
+
+    Raises:
+        OSError: when `_FREE_PORT_TRIES` binds in a row gave only ports already handed out.
+    """
+    for _ in range(_FREE_PORT_TRIES):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
+    raise OSError(f"no new free port on 127.0.0.1 in {_FREE_PORT_TRIES} tries")
 
 
 def wait_until(

@@ -75,3 +75,42 @@ def _zombie(pid: int) -> bool:
 
 def test_model_states_are_empty_while_nothing_answers() -> None:
     assert model_states(f"http://127.0.0.1:{free_port()}", "fraud", timeout_s=0.5) == {}
+
+
+class _KernelThatReusesPorts:
+    """Stands in for `socket.socket`: bind to port 0 gets the ports of `given`, in order."""
+
+    def __init__(self, given: list[int]) -> None:
+        self.given = given
+
+    def __call__(self) -> _KernelThatReusesPorts:
+        return self
+
+    def __enter__(self) -> _KernelThatReusesPorts:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def bind(self, address: tuple[str, int]) -> None:
+        self.port = self.given.pop(0)
+
+    def getsockname(self) -> tuple[str, int]:
+        return ("127.0.0.1", self.port)
+
+
+def test_free_port_never_hands_out_a_port_twice_though_the_kernel_gives_it_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the kernel may give the port it has just freed to the next bind: REST_API_PORT and
+    # GRPC_PORT once came out the same and serving refused to start
+    monkeypatch.setattr("tools.processes._HANDED_OUT", set())
+    monkeypatch.setattr("tools.processes.socket.socket", _KernelThatReusesPorts([41001, 41001, 41001, 41002]))
+    assert [free_port(), free_port()] == [41001, 41002]
+
+
+def test_free_port_gives_up_when_the_kernel_has_nothing_new(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("tools.processes._HANDED_OUT", {41001})
+    monkeypatch.setattr("tools.processes.socket.socket", _KernelThatReusesPorts([41001] * 64))
+    with pytest.raises(OSError, match="no new free port"):
+        free_port()
