@@ -1,5 +1,6 @@
 """Fixtures every test package may use: the model server on this checkout's example models;
-SIGTERM ends the run through its teardowns."""
+SIGTERM ends the run through its teardowns; the processes tests start get the default
+handling of SIGINT and SIGHUP even when the run was started with them ignored."""
 
 from __future__ import annotations
 
@@ -32,6 +33,26 @@ def pytest_configure(config: pytest.Config) -> None:
     running under PID 1. As KeyboardInterrupt, pytest runs the teardowns and then stops.
     """
     signal.signal(signal.SIGTERM, _interrupt)
+    _children_get_default_handling(signal.SIGINT, signal.SIGHUP)
+
+
+def _children_get_default_handling(*signums: signal.Signals) -> None:
+    """Give the processes tests start the default handling of `signums` where this run ignores them.
+
+    A run started in the background by a shell without job control (`make test &`) ignores
+    SIGINT, one under `nohup` SIGHUP, and an ignored signal stays ignored across exec: every
+    `make run` and run-server.sh the tests started then ignored the Ctrl-C and the closed
+    terminal the tests send them (bash cannot trap a signal ignored at its start), and those
+    tests failed. A handler of our own is reset to the default at exec, so this run keeps
+    ignoring them (the handler does nothing) while its children do not.
+    """
+    for signum in signums:
+        if signal.getsignal(signum) is signal.SIG_IGN:
+            signal.signal(signum, _ignore)
+
+
+def _ignore(signum: int, frame: FrameType | None) -> None:
+    """Ignore the signal here; unlike SIG_IGN, not inherited by the processes started."""
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
