@@ -63,10 +63,16 @@ def test_retraining_digits_reproduces_the_committed_export(tmp_path: Path) -> No
         assert "the new export's outputs are identical to the bit on 900 probe rows" in out.stdout, out.stdout
     else:
         # Other kernels or another release of a library training runs through: the same model
-        # within the tolerance, and about the README's accuracy (one image of 450 is 0.0022).
+        # within the tolerance, and about the README's accuracy (one image of 450 is 0.0022). Or
+        # identical to the bit after all: a record without the releases (the committed ones
+        # predate them) of a machine whose kernels and releases are those it was trained with.
         assert abs(accuracy - 0.9889) <= 0.0067, out.stdout
-        assert "trained with other kernels or libraries (" in out.stdout, out.stdout
-        assert "within the cross-kind tolerance on 900 probe rows" in out.stdout, out.stdout
+        identical = "the new export's outputs are identical to the bit on 900 probe rows" in out.stdout
+        within = (
+            "trained with other kernels or libraries (" in out.stdout
+            and "within the cross-kind tolerance on 900 probe rows" in out.stdout
+        )
+        assert identical or within, out.stdout
     # Kept: the committed files stand (the copy was not replaced by the new export).
     kept = json.loads((tmp_path / "digits" / "1" / "assets.extra" / "trained_on.json").read_text())
     assert kept == {k: str(v) for k, v in recorded.items()}
