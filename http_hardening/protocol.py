@@ -222,6 +222,7 @@ class HardenedHttpProtocol(HttpToolsProtocol):
         self._declared = 0  # the body the request being parsed announced, bytes
         # The refusal of the request being parsed, answered once its (small) body is in.
         self._shedding: Refusal | None = None
+        self._head_begun = False  # a head's first bytes were parsed, its end not yet
         self._write_timer: asyncio.TimerHandle | None = None
         self._completion_held = False  # a response completed while writes were paused
         admission = limits.admission
@@ -236,6 +237,18 @@ class HardenedHttpProtocol(HttpToolsProtocol):
         closing, or an earlier pipelined response is still being written).
         """
         raise NotImplementedError
+
+    def shed_answer(self, refusal: Refusal, *, keep_alive: bool) -> bytes:
+        """The whole response (status line to body) to a request refused for load
+        (`Refusal.OVERLOADED`, `Refusal.AT_CAPACITY`) whose small body was read; count the
+        refusal here, as `error_answer` does.
+
+        Under overload most requests take this path, and each one's CPU comes out of what
+        the server has left for the requests it admits, so a tier may answer from a
+        pre-built response (the API does: `api.http_server.shed_answers`). The default
+        builds it from `error_answer`.
+        """
+        return self._answer_bytes(refusal, self.error_answer(refusal), keep_alive=keep_alive)
 
     def admit_connection(self) -> bool:
         """A new connection: False closes it at once (the default admits every one)."""
@@ -319,6 +332,8 @@ class HardenedHttpProtocol(HttpToolsProtocol):
         """Parse `data`, as uvicorn's `data_received` does; False when the connection ends."""
         try:
             self.parser.feed_data(data)
+            if self._head_timer is None and (self._head_begun or self._shedding is not None):
+                self._arm_head_timer()
         except httptools.HttpParserCallbackError as exc:
             refused = exc.__context__
             if isinstance(refused, _Refused):
@@ -349,8 +364,21 @@ class HardenedHttpProtocol(HttpToolsProtocol):
         # before it waited in the accept queue (see http_hardening.admission).
         self._arrival = arrival(self._sock) if self._sock is not None else time.monotonic()
         self.connection_idle()  # sending a head is no request yet
-        if self.http_limits.header_timeout_s is not None:
-            self._head_timer = self.loop.call_later(self.http_limits.header_timeout_s, self._head_timed_out)
+        # Its time limit is armed once this read is parsed (`_arm_head_timer`), and only if the
+        # head is still incomplete then: nearly every head arrives in one read, and a timer
+        # armed and cancelled per request is CPU that overload takes from admitted requests.
+        self._head_begun = True
+
+    def _arm_head_timer(self) -> None:
+        """After a read: bound the time of a head still arriving, or of a refused request's
+        body still arriving (then the connection closes unanswered), like a head."""
+        timeout_s = self.http_limits.header_timeout_s
+        if timeout_s is None or self._lingering or self.transport.is_closing():
+            return
+        if self._shedding is not None:
+            self._head_timer = self.loop.call_later(timeout_s, self.close_now)
+        else:
+            self._head_timer = self.loop.call_later(timeout_s, self._head_timed_out)
 
     def on_url(self, url: bytes) -> None:
         super().on_url(url)
@@ -368,15 +396,14 @@ class HardenedHttpProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._in_head = False
+        self._head_begun = False
         if self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None
         self._check_head()
         if self._shedding is not None:
             # Refused, answered once its (small) body is in: no cycle, no task, nothing for
-            # the app. A body that does not come is bounded like a head.
-            if self.http_limits.header_timeout_s is not None:
-                self._head_timer = self.loop.call_later(self.http_limits.header_timeout_s, self.close_now)
+            # the app. A body that does not come is bounded like a head (`_arm_head_timer`).
             return
         self.connection_busy()
         super().on_headers_complete()
@@ -482,10 +509,10 @@ class HardenedHttpProtocol(HttpToolsProtocol):
     def _answer_shed(self, refusal: Refusal, *, keep_alive: bool) -> None:
         """Answer a request refused for overload whose body has been read; the connection
         stays open for the client's next request when it asked to."""
-        answer = self.error_answer(refusal)
+        answer = self.shed_answer(refusal, keep_alive=keep_alive)
         if self.transport.is_closing():
             return
-        self._write(self._answer_bytes(refusal, answer, keep_alive=keep_alive))
+        self._write(answer)
         self.server_state.total_requests += 1
         if not keep_alive:
             self.transport.close()

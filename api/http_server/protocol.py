@@ -25,10 +25,11 @@ import httptools
 
 from api.http_server.connections import registry_for
 from api.http_server.limits import ConnectionLimits
+from api.http_server.shed_answers import ShedAnswers
 from api.request.admission.in_flight import claimed_board
 from api.request.admission.rules import EXEMPT_PATHS, OIP_PROBE_PATHS
 from api.request.context import new_request_id
-from api.request.errors import RETRY_AFTER_S, error_document
+from api.request.errors import RETRY_AFTER_S, error_document, speaks_oip
 from http_hardening.limits import ErrorAnswer, Refusal
 from http_hardening.protocol import HardenedHttpProtocol
 
@@ -54,6 +55,8 @@ _RETRY_AFTER: Final = (b"retry-after", str(RETRY_AFTER_S).encode("ascii"))
 # Never refused for load here either: the API's probes and metrics, and OIP's probes (a 404
 # when its front is off, which costs as little as any other).
 _EXEMPT_PATHS: Final = EXEMPT_PATHS | OIP_PROBE_PATHS
+# One per worker process (one server, one event loop), keyed on the server's Date headers.
+_SHED_ANSWERS: Final = ShedAnswers()
 
 
 class ApiHttpProtocol(HardenedHttpProtocol):
@@ -108,13 +111,29 @@ class ApiHttpProtocol(HardenedHttpProtocol):
 
     def error_answer(self, refusal: Refusal) -> ErrorAnswer:
         """`refusal` in the API's error shape, counted in the registry."""
-        code, reason = _CODES[refusal]
-        self.registry.closed(reason)
-        request_id = new_request_id()
+        self.registry.closed(_CODES[refusal][1])
         # The target as far as it was read (all of it but for a slow head's): its path chooses
         # the shape, as for the app's own errors.
         path = bytes(getattr(self, "url", b"")).decode("latin-1")
-        body = error_document(code, self._detail(refusal), request_id, path)
+        return self._error_answer(refusal, new_request_id(), path)
+
+    def shed_answer(self, refusal: Refusal, *, keep_alive: bool) -> bytes:
+        """The 503 to a request refused for load, from a template per `Date` tick
+        (`api.http_server.shed_answers`): the same bytes `error_answer` and the protocol
+        would write, with a fresh request id; counted in the registry."""
+        self.registry.closed(_CODES[refusal][1])
+        path = bytes(self.url).decode("latin-1")
+        detail = self._detail(refusal) if refusal is Refusal.AT_CAPACITY else None  # it counts requests
+        key = (refusal, speaks_oip(path), keep_alive, detail)
+
+        def build(request_id: str) -> bytes:
+            answer = self._error_answer(refusal, request_id, path)
+            return self._answer_bytes(refusal, answer, keep_alive=keep_alive)
+
+        return _SHED_ANSWERS.answer(key, self.server_state.default_headers, build, new_request_id())
+
+    def _error_answer(self, refusal: Refusal, request_id: str, path: str) -> ErrorAnswer:
+        body = error_document(_CODES[refusal][0], self._detail(refusal), request_id, path)
         headers = [(b"x-request-id", request_id.encode("ascii"))]
         if refusal in (Refusal.OVERLOADED, Refusal.AT_CAPACITY):
             headers.append(_RETRY_AFTER)
