@@ -26,7 +26,7 @@ import httptools
 from api.http_server.connections import registry_for
 from api.http_server.limits import ConnectionLimits
 from api.http_server.shed_answers import ShedAnswers
-from api.request.admission.in_flight import claimed_board
+from api.request.admission.in_flight import RESERVATION_EXTENSION, InFlightBoard, Reservation, claimed_board
 from api.request.admission.rules import EXEMPT_PATHS, OIP_PROBE_PATHS
 from api.request.context import new_request_id
 from api.request.errors import RETRY_AFTER_S, error_document, speaks_oip
@@ -74,6 +74,8 @@ class ApiHttpProtocol(HardenedHttpProtocol):
         super().__init__(*uvicorn_args, limits=limits.http_limits(_EXEMPT_PATHS), **uvicorn_kwargs)
         self.limits = limits
         self.registry = registry_for(self.server_state, limits.max_connections)
+        self._admitted_on: InFlightBoard | None = None  # the head just admitted counts there
+        self._reservation: Reservation | None = None  # the running request's place on it
 
     def admit_connection(self) -> bool:
         return self.registry.admit(self)
@@ -96,10 +98,46 @@ class ApiHttpProtocol(HardenedHttpProtocol):
     def at_capacity(self) -> bool:
         """The workers are at their limit of requests in flight (`MAX_IN_FLIGHT_REQUESTS`,
         `api.request.admission.in_flight`): refused from the head, before the body is read."""
+        self._admitted_on = None
         board = claimed_board()
-        if board is None or not board.full():
+        if board is None:
             return False
-        return httptools.parse_url(self.url).path.decode("latin-1") not in _EXEMPT_PATHS
+        counted = httptools.parse_url(self.url).path.decode("latin-1") not in _EXEMPT_PATHS
+        if not counted:
+            return False
+        if board.full():
+            return True
+        self._admitted_on = board
+        return False
+
+    def on_headers_complete(self) -> None:
+        """The base's, then the admitted request's place on the in-flight board, taken now
+        (`api.request.admission.in_flight.Reservation` says why) when its app starts now,
+        not behind an earlier pipelined request."""
+        earlier = self.cycle
+        super().on_headers_complete()
+        board, self._admitted_on = self._admitted_on, None
+        cycle = self.cycle
+        if board is None or cycle is None or cycle is earlier or self._shedding is not None:
+            return
+        if self.pipeline and self.pipeline[0][0] is cycle:
+            return  # queued: the app counts it when it runs
+        self._release_reservation()
+        self._reservation = Reservation(board)
+        self.scope["extensions"][RESERVATION_EXTENSION] = self._reservation  # type: ignore[assignment]
+
+    def on_response_complete(self) -> None:
+        self._release_reservation()
+        super().on_response_complete()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._release_reservation()
+        super().connection_lost(exc)
+
+    def _release_reservation(self) -> None:
+        reservation, self._reservation = self._reservation, None
+        if reservation is not None:
+            reservation.release()
 
     def connection_dropped(self, reason: str) -> None:
         self.registry.closed(reason)

@@ -54,7 +54,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from api.observability.logging_config import AccessLog
 from api.observability.loop_monitor import LoopMonitor, route_of
 from api.observability.metrics import UNMATCHED_ROUTE, ApiMetrics
-from api.request.admission.in_flight import InFlightBoard
+from api.request.admission.in_flight import InFlightBoard, reservation_of
 from api.request.admission.rules import BadTimeoutHeader, Limits, MultipartCloseWatch, declared_length
 from api.request.context import REQUEST_ID_HEADER, RequestContext, bind, new_request_id, unbind
 from api.request.errors import RETRY_AFTER_S, error_response, response_for
@@ -209,13 +209,18 @@ class RequestMiddleware:
                 headers.append((b"server-timing", timing.encode("ascii")))
             await send(message)
 
+        # Counted on the board by the HTTP server when it admitted the head (a `Reservation`):
+        # then this request is in, and leaves the board when it ends, whatever the path.
+        reservation = reservation_of(scope)
+        reserved = reservation is not None and reservation.take()
         try:
             path = scope["path"]
             ctx.path = path  # chooses the error shape (OIP's `error` on /v2: api.request.errors)
             counted = path not in limits.exempt_paths
             limit = limits.body_limit(path)
             declared = declared_length(scope["headers"])
-            refusal = self._refusal(scope, ctx, counted, declared, limit)
+            refusal = self._refusal(scope, ctx, counted, declared, limit, admitted=reserved)
+            counted = counted and not reserved  # entered on the board here, and left below
             if refusal is not None:
                 await refusal(scope, receive, send_out)
                 return
@@ -277,6 +282,9 @@ class RequestMiddleware:
                 ours = True
                 await error_response(*cut)(scope, receive, send_out)
         finally:
+            if reserved:
+                assert reservation is not None
+                reservation.finish()
             total = time.monotonic() - started
             self._in_flight_gauge.dec()
             if self._monitor is not None:
@@ -288,10 +296,19 @@ class RequestMiddleware:
             self._record(scope, ctx, status, total, serving_error, span)
 
     def _refusal(
-        self, scope: Scope, ctx: RequestContext, counted: bool, declared: int | None, limit: int
+        self,
+        scope: Scope,
+        ctx: RequestContext,
+        counted: bool,
+        declared: int | None,
+        limit: int,
+        *,
+        admitted: bool = False,
     ) -> Response | None:
         """The answer to a request refused before the app runs (`api.request.admission.rules`, in its order),
-        or None; lowers `ctx.deadline` when the timeout header asks."""
+        or None; lowers `ctx.deadline` when the timeout header asks. `admitted`: the HTTP server
+        counted it on the in-flight board at its head already (`Reservation`), so that limit
+        is not applied again."""
         limits = self.limits
         if self.front_door is not None:
             client = scope.get("client")
@@ -300,7 +317,7 @@ class RequestMiddleware:
                 ctx.credential_id = verdict.credential_id
             if isinstance(verdict, Refusal):
                 return error_response(verdict.status, verdict.code, verdict.detail, verdict.headers)
-        if counted and self.in_flight.full():
+        if counted and not admitted and self.in_flight.full():
             detail = self.in_flight.refusal_detail()
             return error_response(503, "overloaded", detail, {"Retry-After": str(RETRY_AFTER_S)})
         try:
