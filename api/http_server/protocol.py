@@ -97,7 +97,9 @@ class ApiHttpProtocol(HardenedHttpProtocol):
 
     def at_capacity(self) -> bool:
         """The workers are at their limit of requests in flight (`MAX_IN_FLIGHT_REQUESTS`,
-        `api.request.admission.in_flight`): refused from the head, before the body is read."""
+        `api.request.admission.in_flight`): refused from the head, before the body is read.
+        A counted request under the limit is remembered, for its `Reservation`
+        (`on_headers_complete`)."""
         self._admitted_on = None
         board = claimed_board()
         if board is None:
