@@ -54,7 +54,8 @@ MAX_PENDING_WRITE_BYTES: Final = 1024 * 1024
 #: in-flight slot no longer than a kept-alive idle connection is kept (uvicorn's 5 s).
 WRITE_STALL_S: Final = 5.0
 #: Requests a connection may have parsed and waiting behind the one being answered
-#: (HTTP/1.1 pipelining); one more closes the connection. Clients that pipeline send a few.
+#: (HTTP/1.1 pipelining); one more stops the reading: those parsed are answered, then the
+#: connection closes. Clients that pipeline send a few.
 MAX_PIPELINED_REQUESTS: Final = 16
 
 
@@ -160,7 +161,8 @@ class HttpLimits:
         write_stall_s: longest a connection's writes stay paused before it is closed,
             seconds (`WRITE_STALL_S`). None: no bound.
         max_pipelined: requests parsed and waiting behind the one answered at most
-            (`MAX_PIPELINED_REQUESTS`); one more closes the connection.
+            (`MAX_PIPELINED_REQUESTS`); one more stops the reading: those parsed are
+            answered, the last with `Connection: close`, then the connection closes.
         require_host: an HTTP/1.1 request must carry exactly one `Host` field, else 400
             (`Refusal.MISSING_HOST`, RFC 9112 section 3.2).
         admission: controlled-delay admission of each request by the time it waited since

@@ -54,9 +54,10 @@ plus, per connection (`HttpLimits` has the numbers):
 - **Unread answers** (Envoy's per-connection buffer limit): while a connection's answers wait
   to be written above the transport's high-water mark (its client reads nothing), no further
   pipelined request is started nor read; past `max_pending_write_bytes` waiting, or writes
-  paused for `write_stall_s`, or more than `max_pipelined` requests queued, the connection is
-  closed without an answer, dropping what it held. Logged once per reason at INFO
-  (`connection_dropped` counts each).
+  paused for `write_stall_s`, the connection is closed without an answer, dropping what it
+  held. One more than `max_pipelined` requests queued stops the parsing: the requests already
+  parsed are answered, the last with `Connection: close`, then the connection closes. Logged
+  once per reason at INFO (`connection_dropped` counts each).
 
 A refusal is answered in the tier's error shape (`error_answer`, which each tier's subclass
 writes and where it counts the refusal) with `Connection: close`. A subclass may also track
@@ -145,6 +146,10 @@ class _Drop(Exception):
     """Raised from a parser callback to close the connection without an answer."""
 
 
+class _PipelineFull(Exception):
+    """Raised from a parser callback: one more pipelined request than `max_pipelined`."""
+
+
 class _Refused(Exception):
     """Raised from a parser callback to stop parsing and answer `refusal`."""
 
@@ -223,6 +228,7 @@ class HardenedHttpProtocol(HttpToolsProtocol):
         # The refusal of the request being parsed, answered once its (small) body is in.
         self._shedding: Refusal | None = None
         self._head_begun = False  # a head's first bytes were parsed, its end not yet
+        self._pipeline_capped = False  # over max_pipelined: the parsed ones answered, then closed
         self._write_timer: asyncio.TimerHandle | None = None
         self._completion_held = False  # a response completed while writes were paused
         admission = limits.admission
@@ -279,7 +285,8 @@ class HardenedHttpProtocol(HttpToolsProtocol):
     def connection_dropped(self, reason: str) -> None:
         """The connection is being closed without an answer: `unread_answers` (answers
         over `max_pending_write_bytes`), `write_stalled` (writes paused over
-        `write_stall_s`) or `pipelined_too_deep` (over `max_pipelined`)."""
+        `write_stall_s`) or, once the requests parsed up to it are answered,
+        `pipelined_too_deep` (over `max_pipelined`)."""
 
     def close_now(self) -> None:
         """Close the connection at once, without an answer (e.g. to make room for another)."""
@@ -308,6 +315,11 @@ class HardenedHttpProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if self._pipeline_capped:  # answering what it has, then closing: the rest is not read
+            self._discarded += len(data)
+            if self._discarded > self._linger_budget:
+                self.close_now()
+            return
         if self._lingering:
             self._discarded += len(data)
             if self._discarded > self._linger_budget:
@@ -341,6 +353,9 @@ class HardenedHttpProtocol(HttpToolsProtocol):
                 return False
             if isinstance(refused, _Drop):
                 self._drop(str(refused))
+                return False
+            if isinstance(refused, _PipelineFull):
+                self._cap_pipeline()
                 return False
             self.logger.warning("Invalid HTTP request received.")
             self.send_400_response("Invalid HTTP request received.")
@@ -433,7 +448,7 @@ class HardenedHttpProtocol(HttpToolsProtocol):
         if limits.require_host and hosts != 1 and self.parser.get_http_version() == "1.1":
             raise _Refused(Refusal.MISSING_HOST)
         if len(self.pipeline) >= limits.max_pipelined:
-            raise _Drop("pipelined_too_deep")
+            raise _PipelineFull
         admission = self._admission
         if admission is not None:
             now = time.monotonic()
@@ -551,8 +566,16 @@ class HardenedHttpProtocol(HttpToolsProtocol):
 
     def _write(self, data: bytes) -> None:
         """What the response cycle's `transport.write` does: write, then close the
-        connection if more than `max_pending_write_bytes` wait (the client does not read)."""
+        connection if more than `max_pending_write_bytes` wait (the client does not read).
+
+        Nothing is written once the connection is closing: the server dropped it (a client
+        that did not read) while an app still answers one of its requests, and that answer
+        has nowhere to go (uvloop raises on a write to a closed transport, which was logged
+        as an error with its traceback, one per dropped request: a log a client could fill).
+        """
         transport = self.transport
+        if transport.is_closing():
+            return
         transport.write(data)
         bound = self.http_limits.max_pending_write_bytes
         if bound is not None and transport.get_write_buffer_size() > bound:
@@ -578,20 +601,43 @@ class HardenedHttpProtocol(HttpToolsProtocol):
         if not self.transport.is_closing():
             self._drop("write_stalled")
 
+    def _cap_pipeline(self) -> None:
+        """One request more than `max_pipelined` is queued behind the one being answered:
+        parse nothing more, answer the requests already parsed (the last with `Connection:
+        close`) and close. The requests after them get no answer, which a pipelining client
+        must expect of any connection that closes (RFC 9112, section 9.3.2: it retries them);
+        dropping the connection at once left even the first unanswered."""
+        self._pipeline_capped = True
+        self._discarded = 0
+        self._linger_budget = self.http_limits.linger_max_bytes
+        self.connection_dropped("pipelined_too_deep")
+        self._log_once(
+            "pipelined_too_deep",
+            "closing a client connection once the requests it pipelined up to the limit are answered (%s)",
+        )
+        last = self.pipeline[0][0] if self.pipeline else self.cycle
+        if last is not None and not last.response_complete:
+            last.keep_alive = False
+        else:
+            self.transport.close()
+
+    def _log_once(self, reason: str, message: str) -> None:
+        """Log `message` (with `reason`) at INFO once per server and reason; later ones are
+        counted (`connection_dropped`), not logged."""
+        logged = _logged.setdefault(self.server_state, set())
+        if reason not in logged:
+            logged.add(reason)
+            _logger.info(message + "; later ones are counted, not logged", reason)
+
     def _drop(self, reason: str) -> None:
         """Close now, without an answer, dropping what waits to be written (its memory)."""
         if self.transport.is_closing():
             return
         self.connection_dropped(reason)
-        logged = _logged.setdefault(self.server_state, set())
-        if reason not in logged:
-            logged.add(reason)
-            _logger.info(
-                "closed a client connection without an answer (%s: %d bytes waiting to be written); "
-                "later ones are counted, not logged",
-                reason,
-                self.transport.get_write_buffer_size(),
-            )
+        waiting = self.transport.get_write_buffer_size()
+        self._log_once(
+            reason, f"closed a client connection without an answer (%s: {waiting} bytes waiting to be written)"
+        )
         self._cancel_timers()
         self.transport.abort()
 

@@ -99,3 +99,14 @@ def test_a_head_that_arrives_in_one_read_arms_no_timer_and_one_cut_in_two_does(
     conn.data_received(request[-1:])
     assert conn._head_timer is None
     assert transport.written.count(b"HTTP/1.1 503 ") == 2
+
+
+def test_nothing_is_written_to_a_connection_the_server_has_closed(
+    protocol: tuple[ApiHttpProtocol, RecordingTransport],
+) -> None:
+    # An app still answering a request of a connection the server dropped (a client that
+    # did not read): uvloop raises on that write, and each was logged as an error.
+    conn, transport = protocol
+    transport.close()
+    conn._write(b"HTTP/1.1 200 OK\r\n\r\n")
+    assert transport.written == b""

@@ -167,6 +167,19 @@ def test_an_http11_request_without_host_is_400_and_one_with_it_is_served(running
 
 
 
+@pytest.mark.limits(max_pipelined=4)
+def test_past_the_pipelining_limit_the_requests_parsed_are_answered_then_the_connection_closes(
+    running: Running,
+) -> None:
+    with connect(running.port) as s:
+        s.sendall(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n" * 7)  # one being answered, 4 queued, then 2 more
+        answers = [read_response(s) for _ in range(5)]
+        assert [status for status, _, _ in answers] == [200] * 5
+        assert [headers.get("connection") for _, headers, _ in answers] == [None] * 4 + ["close"]
+        assert closed_by_peer(s)  # the 6th and 7th are not answered: the client may retry them
+    assert get(running.port) == 200  # the others are served
+
+
 @pytest.mark.limits(max_pending_write_bytes=256 * 1024, write_stall_s=2.0)
 def test_a_client_that_never_reads_is_cut_off_at_the_bound_of_its_unread_answers(running: Running) -> None:
     big = b"GET /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n"  # small answers, many
