@@ -315,12 +315,9 @@ class HardenedHttpProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        if self._pipeline_capped:  # answering what it has, then closing: the rest is not read
-            self._discarded += len(data)
-            if self._discarded > self._linger_budget:
-                self.close_now()
-            return
-        if self._lingering:
+        # Answered and closing, or answering what it has parsed past the pipelining limit and
+        # then closing: what comes now is not read, only counted against a bound.
+        if self._lingering or self._pipeline_capped:
             self._discarded += len(data)
             if self._discarded > self._linger_budget:
                 self.transport.close()

@@ -38,8 +38,6 @@ class ShedAnswers:
     each `Date` tick) last changed. Not thread-safe (one event loop calls it).
     """
 
-    placeholder: Final = _PLACEHOLDER
-
     def __init__(self) -> None:
         self._headers: object = None
         self._templates: dict[object, list[bytes]] = {}

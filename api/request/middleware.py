@@ -212,7 +212,9 @@ class RequestMiddleware:
         # Counted on the board by the HTTP server when it admitted the head (a `Reservation`):
         # then this request is in, and leaves the board when it ends, whatever the path.
         reservation = reservation_of(scope)
-        reserved = reservation is not None and reservation.take()
+        if reservation is not None and not reservation.take():
+            reservation = None  # given back before the app ran: counted here, as any other
+        reserved = reservation is not None
         try:
             path = scope["path"]
             ctx.path = path  # chooses the error shape (OIP's `error` on /v2: api.request.errors)
@@ -282,8 +284,7 @@ class RequestMiddleware:
                 ours = True
                 await error_response(*cut)(scope, receive, send_out)
         finally:
-            if reserved:
-                assert reservation is not None
+            if reservation is not None:
                 reservation.finish()
             total = time.monotonic() - started
             self._in_flight_gauge.dec()
