@@ -67,15 +67,15 @@ def _slo_rps_goal(name: str, results: BenchResults, workload: str, other_column:
     split, other = results.column(workload, "split"), results.column(workload, other_column)
     target = f"split SLO-RPS >= {bound:g}x {other_column} SLO-RPS ({workload})"
     why = _missing(("split", split), (other_column, other))
-    if not why and other is not None and other.slo_rps is None:
+    if not why and other is not None and other.workload_slo_rps is None:
         why = f"{other_column} never met the SLO"
-    goal = _ratio(name, target, split and split.slo_rps, other and other.slo_rps, bound,
+    goal = _ratio(name, target, split and split.workload_slo_rps, other and other.workload_slo_rps, bound,
                   at_least=True, unit="RPS", why_missing=why)
-    if goal.held is None and not why and split is not None and split.slo_rps is None:
+    if goal.held is None and not why and split is not None and split.workload_slo_rps is None:
         return Goal(name, target, "split never met the SLO", False)
     if goal.held and split is not None and split.slo_bound_reached:
         return Goal(goal.name, goal.target, goal.measured, goal.held,
-                    "split met the SLO at every ladder rate: at least this")
+                    "the search that gives split's median never failed: at least this")
     return goal
 
 
@@ -87,9 +87,9 @@ def _at_tuned_rate(results: BenchResults, share: float, attr: str) -> tuple[
     if why:
         return None, None, why
     assert split is not None and tuned is not None
-    if tuned.slo_rps is None:
+    if tuned.workload_slo_rps is None:
         return None, None, "tuned never met the SLO"
-    rate = share * tuned.slo_rps
+    rate = share * tuned.workload_slo_rps
     ours, theirs = split.point_at(rate), tuned.point_at(rate)
     if ours is None or theirs is None:
         return None, None, f"no step at {rate:,.0f} RPS"
@@ -109,11 +109,11 @@ def _vs_best_peer(results: BenchResults) -> Goal:
         missing = _missing(("split", split)) or "no peer measured: " + "; ".join(
             f"{p.name}: {p.status} ({p.reason})" for p in peers(results, HEAVY_WORKLOAD)) or "no peer in the run"
         return Goal(name, target, "not measured", None, missing)
-    best = max(measured, key=lambda p: p.slo_rps or 0.0)
-    if not best.slo_rps:
-        return Goal(name, target, "no peer met the SLO", split.slo_rps is not None)
+    best = max(measured, key=lambda p: p.workload_slo_rps or 0.0)
+    if not best.workload_slo_rps:
+        return Goal(name, target, "no peer met the SLO", split.workload_slo_rps is not None)
     return _ratio(name, target.replace("the best peer's", f"the best peer's ({best.name})"),
-                  split.slo_rps or 0.0, best.slo_rps, HEAVY_VS_BEST_PEER, at_least=True, unit="RPS",
+                  split.workload_slo_rps or 0.0, best.workload_slo_rps, HEAVY_VS_BEST_PEER, at_least=True, unit="RPS",
                   why_missing="")
 
 
@@ -187,7 +187,7 @@ def _one_cpu_goal(results: BenchResults) -> Goal:
         return Goal(name, target, f"not even one row fits twice in {slo:g} ms", None)
     how = (f"1000 x {limit.batch} / ({limit.model_ms_per_row * limit.batch:.2f} ms for {limit.batch} rows "
            f"+ {limit.batch} x {api_ms:.3f} ms of API per request) = {limit.rps:,.0f} RPS")
-    got = split.slo_rps if split and split.status == "ok" else None
+    got = split.workload_slo_rps if split and split.status == "ok" else None
     shown = f"{how}; split {got:,.0f} = {got / limit.rps:.0%} of it" if got else f"{how}; split not measured"
     return Goal(name, target, shown, None, "an estimate, not a target")
 

@@ -3,9 +3,9 @@
 The quick plan (`make bench`) fits in 12 minutes on a 2-core machine (`time_budget_s`):
 the headline setups and the peers of both workloads, each searched three times, every step
 a warm-in at its rate that is not counted (`warm_in_s`) and then at least 1,000 arrivals
-(`min_requests`: a step fails only on evidence, `bench.slo.judge`) or `step_max_s`, the
-repeats on a short ladder around the first search's answer. The quick plan saves time by
-taking fewer steps (a coarser ladder, fewer repeat rungs), not fewer samples per step. The
+(`min_requests`: a step fails only on evidence, `bench.slo.judge`) or `step_max_s`, each
+repeat a short staircase from the first search's answer. The quick plan saves time by
+taking fewer steps (a coarser ladder, shorter repeats), not fewer samples per step. The
 full plan (`make bench-full`) runs every variant with longer steps and a finer search.
 Every run is bounded in time: each load step by its warm-in, duration and the request
 timeout, each search by `max_steps` and its share of the job's time, the whole run by
@@ -64,12 +64,20 @@ class Plan:
     tolerance: float = 0.1
     max_steps: int = 6
     min_rate_rps: float = 5.0  # ladder rates are never below this
-    # Searches per setup; the repeats climb these fractions of the first search's SLO-RPS
-    # (bench.slo.repeat_ladder), at most repeat_max_steps measurements each.
+    # When every rung passed, the first search goes on at `extend` x the highest rate passed
+    # (bench.slo.SloSearch's `extend`): a setup faster than the closed-loop estimate gets its
+    # own figure, not the ladder's top.
+    extend: float = 1.15
+    # Searches per setup. Each repeat starts at the first search's SLO-RPS and is a staircase
+    # (bench.slo.repeat_ladder): x (1 + repeat_step) after a pass, x (1 - repeat_step) after a
+    # failure, then bisection to repeat_tolerance, at most repeat_max_steps measurements; no
+    # confirmation (the median of the searches is what absorbs one noisy step). So a repeat
+    # is a measurement of its own: it can end above or below the first's answer, by as much
+    # as its steps reach (quick: 4 steps, within about -27 % .. +46 %, to 3 %).
     searches: int = 3
-    # (A repeat whose first rung fails descends: bench.slo.SloSearch's `descend`.)
-    repeat_fractions: tuple[float, ...] = (0.9, 1.0, 1.1)
-    repeat_max_steps: int = 3
+    repeat_step: float = 0.1
+    repeat_tolerance: float = 0.03
+    repeat_max_steps: int = 4
     # The whole run's wall-clock budget, seconds (None: unbounded), and the setups the plan
     # runs per workload (bench.__main__.plan_setups).
     time_budget_s: float | None = 720.0
@@ -117,8 +125,8 @@ FULL = Plan(
     ladder_fractions=(0.05, 0.1, 0.2, 0.3, 0.45, 0.6, 0.75, 0.9, 1.05, 1.2, 1.4),
     tolerance=0.03,
     max_steps=18,
-    repeat_fractions=(0.8, 0.85, 0.9, 0.95, 1.0, 1.05, 1.1, 1.2, 1.35, 1.5),
-    repeat_max_steps=10,
+    repeat_tolerance=0.02,
+    repeat_max_steps=8,
     time_budget_s=None,
     memory_warmup_s=5.0,
     memory_variants=True,
@@ -137,7 +145,7 @@ SMOKE = Plan(
     ladder_fractions=(0.3, 0.8),
     max_steps=3,
     searches=2,
-    repeat_fractions=(1.0, 1.3),
+    repeat_step=0.3,
     repeat_max_steps=2,
     time_budget_s=None,
     memory_warmup_s=0.5,

@@ -51,11 +51,20 @@ def _rps(record: dict[str, Any] | None) -> str:
         return "not run"
     if record.get("status") != "ok":
         return f"{record.get('status')}: {record.get('reason', '')}"[:80]
+    relaxed = record.get("relaxed_from_ms")
+    prefix = f"never met at {relaxed:g} ms; at {record['slo_ms']:g} ms: " if relaxed else ""
     if not record.get("slo_rps"):
-        return "never met"
+        return prefix + "never met"
     low, high = record.get("slo_rps_min"), record.get("slo_rps_max")
     spread = f" ({low:,.0f}–{high:,.0f})" if low is not None and high is not None else ""
-    return f"{record['slo_rps']:,.0f}{spread}"
+    floor = "≥ " if record.get("slo_bound_reached") else ""
+    return f"{prefix}{floor}{record['slo_rps']:,.0f}{spread}"
+
+
+def same_slo(first: dict[str, Any] | None, second: dict[str, Any] | None) -> bool:
+    """Both runs measured the setup against the same kind of SLO (the workload's, or both the
+    relaxed one): only then are their figures compared."""
+    return bool(first and second) and bool(first.get("relaxed_from_ms")) == bool(second.get("relaxed_from_ms"))
 
 
 def agreement(first: float | None, second: float | None) -> str:
@@ -116,7 +125,7 @@ def results_markdown(first: dict[str, Any], second: dict[str, Any]) -> str:
         assert record is not None
         lines.append(
             f"| {key[0]} | {key[1]}{' (peer)' if record.get('column') == 'peer' else ''} | {_rps(a)} | {_rps(b)} "
-            f"| {agreement(a and a.get('slo_rps'), b and b.get('slo_rps'))} "
+            f"| {agreement(a and a.get('slo_rps'), b and b.get('slo_rps')) if same_slo(a, b) else '–'} "
             f"| {_at_slo(b) if b else '–'} | {_memory(b) if b else '–'} |"
         )
     goals_one = {g["name"]: g for g in first.get("goals", [])}

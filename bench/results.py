@@ -24,7 +24,7 @@ from bench.slo import Spread, spread
 RECORD_KEYS = (
     "name", "workload", "column", "headline", "description", "status", "reason", "workers",
     "server_cpus", "slo_ms", "slo_rps", "slo_rps_min", "slo_rps_max", "searches",
-    "slo_spread_wide", "slo_bound_reached", "closed_loop_rps", "unloaded_p50_ms",
+    "slo_spread_wide", "slo_bound_reached", "relaxed_from_ms", "closed_loop_rps", "unloaded_p50_ms",
     "latency_curve", "memory", "commands", "notes",
 )
 #: Keys of every latency_curve point (the first seven are the issue's).
@@ -59,7 +59,8 @@ class CurvePoint:
     p999_ms: float | None
     max_ms: float | None
     errors: int
-    phase: str  # "sweep", "confirm", "refine" (the SLO search) or "reference" (a target's rate)
+    phase: str  # "sweep", "extend", "confirm", "descend", "refine" (the SLO search), "probe" (one step
+    # at the ladder's lowest rate, for a setup slower unloaded than the SLO) or "reference" (a target's rate)
     passed: bool  # met the SLO (bench.slo.judge)
     verdict: str  # why not ("" when passed)
     duration_s: float
@@ -147,10 +148,19 @@ class SetupResult:
     unloaded_p50_ms: float | None = None  # one connection back to back, after the warm-up
     slo_rps: float | None = None  # the median of `searches` (None: never met)
     searches: list[float | None] = field(default_factory=list)  # each search's SLO-RPS
-    slo_bound_reached: bool = False  # every ladder rate passed: SLO-RPS is at least slo_rps
+    slo_bound_reached: bool = False  # the median's search never failed: SLO-RPS is at least slo_rps
+    # The workload's SLO, when this setup never met it and was searched at the relaxed one
+    # (bench.slo.relaxed_slo_ms), which `slo_ms` then is; None: searched at the workload's.
+    relaxed_from_ms: float | None = None
     latency_curve: list[CurvePoint] = field(default_factory=list)
     memory: list[MemoryRun] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def workload_slo_rps(self) -> float | None:
+        """The SLO-RPS at the workload's own SLO, what the targets compare (None: never met
+        there, also when this setup has a figure at the relaxed SLO)."""
+        return self.slo_rps if self.relaxed_from_ms is None else None
 
     @property
     def spread(self) -> Spread | None:
@@ -201,6 +211,7 @@ class SetupResult:
             "searches": list(self.searches),
             "slo_spread_wide": self.spread.wide if self.spread else False,
             "slo_bound_reached": self.slo_bound_reached,
+            "relaxed_from_ms": self.relaxed_from_ms,
             "closed_loop_rps": self.closed_loop_rps,
             "unloaded_p50_ms": self.unloaded_p50_ms,
             "latency_curve": [to_jsonable(p) for p in self.sorted_curve()],

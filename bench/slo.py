@@ -40,6 +40,11 @@ WIDE_SPREAD = 0.15
 SLO_FLOOR_MS = 25.0
 SLO_FACTOR = 10.0
 SLO_ROUND_MS = 5.0
+#: A setup that cannot meet its workload's SLO (its unloaded p50 is above it, and it fails
+#: at its ladder's lowest rate) is searched at this multiple of it instead, the workload's
+#: second SLO (`relaxed_slo_ms`), so that it gets a number too; the report names that SLO
+#: beside its figure and no target compares it.
+RELAXED_SLO_FACTOR = 4.0
 #: The generator is on schedule while its own send lag (p99, for requests that found a free
 #: connection) is at most this share of the SLO: a late generator adds to every latency it
 #: measures, and a lag this small cannot be what makes a step fail; more, and the offered
@@ -162,17 +167,30 @@ def derived_slo_ms(
     return math.ceil(round(wanted / round_ms, 9)) * round_ms
 
 
-def repeat_ladder(first_slo_rps: float | None, fractions: Sequence[float],
-                  fallback: Sequence[float]) -> list[float]:
-    """The ladder of a repeated search: `fractions` of the first search's SLO-RPS, ascending,
-    duplicates dropped; `fallback` (the first search's own ladder) when it found none.
+def relaxed_slo_ms(slo_ms: float, factor: float = RELAXED_SLO_FACTOR) -> float:
+    """The workload's second SLO, ms: `factor` x its SLO (25 ms -> 100 ms).
 
-    The repeats start near the answer, so they need fewer steps than the first search,
-    never fewer arrivals per step.
+    Raises:
+        ValueError: an SLO that is not a positive finite number.
+    """
+    if not (slo_ms > 0 and math.isfinite(slo_ms)):
+        raise ValueError(f"an SLO must be a positive number of ms, got {slo_ms}")
+    return factor * slo_ms
+
+
+def repeat_ladder(first_slo_rps: float | None, fallback: Sequence[float]) -> list[float]:
+    """Where a repeated search starts: the first search's SLO-RPS, one rate; `fallback` (the
+    first search's own ladder, ascending) when it found none.
+
+    From there a repeat is a staircase (`SloSearch` with `extend`, `descend` and no
+    confirmation): up a step after each pass, down after a failure, then bisection to its
+    tolerance, so it can end anywhere its steps reach, above or below the first's answer.
+    It needs fewer steps than the first search (it starts near the answer), never fewer
+    arrivals per step.
     """
     if not first_slo_rps or first_slo_rps <= 0:
         return sorted(set(fallback))
-    return sorted({round(f * first_slo_rps, 1) for f in fractions if f > 0})
+    return [round(first_slo_rps, 1)]
 
 
 @dataclass
@@ -192,10 +210,16 @@ class SloSearch:
             the first search's answer still finds one when this machine is slower now.
             0 ends the search there (no SLO-RPS).
         min_rate: the lowest rate a descent tries, requests/s.
+        extend: when every ladder rate passed, go on at `extend` x the highest rate passed
+            ("extend"), until a rate fails or the steps run out, instead of ending at the
+            ladder's top: the ladder is planned from an estimate (the closed-loop RPS, or an
+            earlier search's answer), and a setup faster than it would otherwise be reported
+            at the estimate. 0 (or <= 1) ends the search at the ladder's top.
 
     The result, `slo_rps`, is the highest rate that passed below every rate that failed
-    (None when the lowest rate tried failed). `bound_reached` says the whole ladder passed:
-    the SLO-RPS is then at least `slo_rps`, the search did not find its end.
+    (None when the lowest rate tried failed). `bound_reached` says no rate failed: the
+    search ended (its ladder, or its steps, spent) before it found where the SLO breaks,
+    so the SLO-RPS is at least `slo_rps`.
     """
 
     ladder: Sequence[float]
@@ -204,6 +228,7 @@ class SloSearch:
     confirmations: int = 1
     descend: float = 0.0
     min_rate: float = 1.0
+    extend: float = 0.0
     steps: list[tuple[float, bool]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -240,8 +265,8 @@ class SloSearch:
 
     @property
     def bound_reached(self) -> bool:
-        """Every ladder rate was measured and passed."""
-        return self.first_fail is None and all(r in self._passed() for r in self.ladder)
+        """Rates were measured and none failed: `slo_rps` is a lower bound."""
+        return bool(self.steps) and self.first_fail is None
 
     @property
     def budget_spent(self) -> bool:
@@ -249,7 +274,7 @@ class SloSearch:
         return len(self.steps) >= self.max_steps
 
     def next_step(self) -> tuple[float, str] | None:
-        """The next rate to measure and its phase ("sweep", "confirm", "descend" or "refine"),
+        """The next rate to measure and its phase ("sweep", "extend", "confirm", "descend" or "refine"),
         or None when the search is over."""
         if self.budget_spent:
             return None
@@ -257,9 +282,14 @@ class SloSearch:
         measured = self._passed()
         if fail is None:  # still sweeping
             rest = [r for r in self.ladder if r not in measured]
-            return (float(rest[0]), "sweep") if rest else None
+            if rest:
+                return float(rest[0]), "sweep"
+            if self.extend > 1:
+                return round(max(measured) * self.extend, 1), "extend"
+            return None
         tries = sum(1 for r, _ in self.steps if r == fail)
-        if fail == max(measured) and fail in self.ladder and tries <= self.confirmations:
+        swept = fail in self.ladder or (self.extend > 1 and ok is not None)
+        if fail == max(measured) and swept and tries <= self.confirmations:
             return fail, "confirm"
         if ok is None:  # the lowest rate tried failed
             lower = round(fail * self.descend, 1)

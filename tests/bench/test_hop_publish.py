@@ -104,6 +104,18 @@ def test_two_runs_side_by_side(tmp_path: Path) -> None:
     assert "| split >= tuned | 1.1x — held | 1.1x — held |" in text
 
 
+def test_a_figure_at_the_relaxed_slo_names_its_slo_and_is_compared_only_with_one_at_the_same(
+        tmp_path: Path) -> None:
+    first, second = load(run_file(tmp_path, "a", 12.0)), load(run_file(tmp_path, "b", 13.0))
+    for run in (first, second):
+        run["setups"][0].update(relaxed_from_ms=40.0, slo_ms=160.0)
+    assert "| fraud | split | never met at 40 ms; at 160 ms: 12 (11–13) | never met at 40 ms; at 160 ms: 13 " \
+           "(12–14) | +8% |" in results_markdown(first, second)
+    second["setups"][0].update(relaxed_from_ms=None, slo_ms=40.0)  # met the workload's SLO this time
+    assert "| fraud | split | never met at 40 ms; at 160 ms: 12 (11–13) | 13 (12–14) | – |" in \
+        results_markdown(first, second)
+
+
 def test_smoke_runs_are_not_published(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="smoke"):
         load(run_file(tmp_path, "s", 10.0, mode="smoke"))

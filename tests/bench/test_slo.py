@@ -243,9 +243,54 @@ def test_spread_needs_a_search() -> None:
         spread([])
 
 
-def test_repeats_start_near_the_first_answer() -> None:
-    assert repeat_ladder(1000.0, (0.8, 1.0, 1.25), [100.0, 500.0]) == [800.0, 1000.0, 1250.0]
-    assert repeat_ladder(None, (0.8, 1.0), [500.0, 100.0]) == [100.0, 500.0]  # never met: as the first
+def test_repeats_start_at_the_first_answer() -> None:
+    assert repeat_ladder(1000.04, [100.0, 500.0]) == [1000.0]
+    assert repeat_ladder(None, [500.0, 100.0]) == [100.0, 500.0]  # never met: as the first
+
+
+def staircase(first: float, passes: Callable[[float], bool], steps: int = 4) -> SloSearch:
+    """A repeat as the runner makes it (bench.plan: 10 % steps, 3 % tolerance, no confirmation)."""
+    search = SloSearch(repeat_ladder(first, [first]), 0.03, steps, confirmations=0, descend=0.9,
+                       min_rate=5.0, extend=1.1)
+    while (step := search.next_step()) is not None:
+        search.record(step[0], passes(step[0]))
+    return search
+
+
+@pytest.mark.parametrize("truth", [640.0, 900.0, 1040.0, 1180.0, 1400.0])
+def test_a_repeat_ends_near_the_truth_above_or_below_the_first_answer(truth: float) -> None:
+    """The first search said 1,000; the setup passes up to `truth`. A repeat is a measurement
+    of its own: it is not held to a ladder around 1,000."""
+    search = staircase(1000.0, lambda rate: rate <= truth, steps=8)
+    assert search.slo_rps is not None
+    assert 0.9 * truth <= search.slo_rps <= truth
+    if search.first_fail is not None and search.first_fail > truth:
+        assert search.first_fail / search.slo_rps - 1 <= 0.1
+
+
+def test_a_repeat_refines_to_three_percent_in_four_steps_near_the_first_answer() -> None:
+    search = staircase(1000.0, lambda rate: rate <= 1070.0)
+    rates = [r for r, _ in search.steps]
+    assert rates[:2] == [1000.0, 1100.0]  # up after the pass, then bisection below the failure
+    assert len(rates) == 4 and search.slo_rps is not None
+    assert 1070.0 / 1.03 <= search.slo_rps <= 1070.0
+
+
+def test_a_repeat_that_never_fails_is_a_lower_bound() -> None:
+    search = staircase(1000.0, lambda rate: True)
+    assert [r for r, _ in search.steps] == [1000.0, 1100.0, 1210.0, 1331.0]
+    assert search.bound_reached and search.slo_rps == 1331.0
+
+
+def test_the_first_search_goes_past_its_ladder_while_it_passes() -> None:
+    search = SloSearch([100.0, 200.0], 0.05, 8, extend=1.5)
+    while (step := search.next_step()) is not None:
+        search.record(step[0], step[0] <= 500.0)
+    rates = [r for r, _ in search.steps]
+    assert rates[:5] == [100.0, 200.0, 300.0, 450.0, 675.0]
+    assert [p for r, p in search.steps if r == 675.0] == [False, False]  # the failure confirmed
+    assert search.slo_rps is not None and 450.0 <= search.slo_rps <= 500.0
+    assert not search.bound_reached
 
 
 # --- the SLO per workload --------------------------------------------------------------------
