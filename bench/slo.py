@@ -207,8 +207,11 @@ class SloSearch:
             rate passes when any of its measurements passed.
         descend: when the lowest rate tried fails, try `descend` x it next (down to
             `min_rate`) instead of ending with no answer: a repeat whose ladder starts near
-            the first search's answer still finds one when this machine is slower now.
-            0 ends the search there (no SLO-RPS).
+            the first search's answer still finds one when this machine is slower now. Each
+            further descent squares the factor (0.9, then 0.81, 0.66, ...: 0.9, 0.73, 0.48 of
+            the start), so a setup far slower than the start is still reached in a few
+            steps (BentoML's dispatcher, after a search that overloaded it, failed 10 % and
+            20 % below a rate it had just passed). 0 ends the search there (no SLO-RPS).
         min_rate: the lowest rate a descent tries, requests/s.
         extend: when every ladder rate passed, go on at `extend` x the highest rate passed
             ("extend"), until a rate fails or the steps run out, instead of ending at the
@@ -292,7 +295,8 @@ class SloSearch:
         if fail == max(measured) and swept and tries <= self.confirmations:
             return fail, "confirm"
         if ok is None:  # the lowest rate tried failed
-            lower = round(fail * self.descend, 1)
+            descents = len({rate for rate, passed in self.steps if not passed}) - 1  # taken so far
+            lower = round(fail * self.descend ** (2 ** max(0, min(descents, 6))), 1)
             if self.descend > 0 and lower >= self.min_rate and lower < fail:
                 return lower, "descend"
             return None  # the SLO is never met

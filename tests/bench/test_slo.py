@@ -276,6 +276,13 @@ def test_a_repeat_refines_to_three_percent_in_four_steps_near_the_first_answer()
     assert 1070.0 / 1.03 <= search.slo_rps <= 1070.0
 
 
+def test_a_repeat_far_above_the_truth_descends_in_growing_steps() -> None:
+    """BentoML after a search that overloaded it: it fails well below the first's answer."""
+    search = staircase(1000.0, lambda rate: rate <= 500.0)
+    assert [r for r, _ in search.steps][:3] == [1000.0, 900.0, 729.0]  # x0.9, then x0.81
+    assert search.slo_rps is not None and search.slo_rps >= 0.9 * 500.0 / 1.1
+
+
 def test_a_repeat_that_never_fails_is_a_lower_bound() -> None:
     search = staircase(1000.0, lambda rate: True)
     assert [r for r, _ in search.steps] == [1000.0, 1100.0, 1210.0, 1331.0]
