@@ -73,7 +73,7 @@ class Plan:
     # failure, then bisection to repeat_tolerance, at most repeat_max_steps measurements; no
     # confirmation (the median of the searches is what absorbs one noisy step). So a repeat
     # is a measurement of its own: it can end above or below the first's answer, by as much
-    # as its steps reach (quick: 4 steps, within about -27 % .. +46 %, to 3 %).
+    # as its steps reach (quick: 4 steps, from about half to +46 %, to 3 %).
     searches: int = 3
     repeat_step: float = 0.1
     repeat_tolerance: float = 0.03
