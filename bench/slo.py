@@ -193,6 +193,11 @@ def repeat_ladder(first_slo_rps: float | None, fallback: Sequence[float]) -> lis
     return [round(first_slo_rps, 1)]
 
 
+#: A descent's step at most halves the failed rate, so the pass it reaches lies within 2x of a
+#: failure and a refinement or two brackets the SLO-RPS (`SloSearch`'s `descend`).
+MAX_DESCENT = 0.5
+
+
 @dataclass
 class SloSearch:
     """Coarse sweep, then bisection. Ask `next_step()`, measure it, `record()` the verdict.
@@ -211,7 +216,12 @@ class SloSearch:
             further descent squares the factor (0.9, then 0.81, 0.66, ...: 0.9, 0.73, 0.48 of
             the start), so a setup far slower than the start is still reached in a few
             steps (BentoML's dispatcher, after a search that overloaded it, failed 10 % and
-            20 % below a rate it had just passed). 0 ends the search there (no SLO-RPS).
+            20 % below a rate it had just passed), but one step never goes below
+            `MAX_DESCENT` x the failed rate: squared without that floor, the first search's
+            0.6 became 0.36 and then 0.13, and BentoML, failing at 81 RPS by 4 late requests
+            of 393, was next measured at 10.5 RPS, which passed; the search's time was then
+            spent and its repeats, climbing 10 % a step from there, reported 12 RPS, a
+            seventh of a rate that had failed by a hair. 0 ends the search there (no SLO-RPS).
         min_rate: the lowest rate a descent tries, requests/s.
         extend: when every ladder rate passed, go on at `extend` x the highest rate passed
             ("extend"), until a rate fails or the steps run out, instead of ending at the
@@ -296,7 +306,8 @@ class SloSearch:
             return fail, "confirm"
         if ok is None:  # the lowest rate tried failed
             descents = len({rate for rate, passed in self.steps if not passed}) - 1  # taken so far
-            lower = round(fail * self.descend ** (2 ** max(0, min(descents, 6))), 1)
+            factor = max(MAX_DESCENT, self.descend ** (2 ** max(0, min(descents, 6))))
+            lower = round(fail * factor, 1)
             if self.descend > 0 and lower >= self.min_rate and lower < fail:
                 return lower, "descend"
             return None  # the SLO is never met

@@ -334,6 +334,18 @@ def test_a_repeat_whose_first_rate_fails_descends_to_an_answer() -> None:
     assert search.slo_rps is not None and 450.0 <= search.slo_rps <= 500.0
 
 
+def test_a_descent_step_at_most_halves_the_failed_rate() -> None:
+    """BentoML's first search: 374 RPS failed twice, then 225, then 81 by a hair; squared
+    without a floor the next step was 10.5 RPS and the search ended there, at a seventh of it."""
+    search = SloSearch([374.0], tolerance=0.05, max_steps=12, descend=0.6, min_rate=1.0)
+    while (step := search.next_step()) is not None:
+        search.record(step[0], step[0] <= 60.0)
+    rates = [rate for rate, _ in search.steps]
+    assert rates[:5] == [374.0, 374.0, 224.4, 112.2, 56.1]  # x0.6, then x0.5 (0.36 floored), x0.5
+    assert all(b >= 0.5 * a for a, b in zip(rates, rates[1:], strict=False))
+    assert search.slo_rps is not None and 60.0 / 1.05 <= search.slo_rps <= 60.0
+
+
 def test_without_descent_a_failed_lowest_rate_is_never_met() -> None:
     search = SloSearch([800.0], tolerance=0.1, max_steps=8)
     while (step := search.next_step()) is not None:
