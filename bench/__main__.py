@@ -1,6 +1,6 @@
 """`python -m bench`: throughput at a latency SLO, every setup side by side, in one command.
 
-    python -m bench                         # quick plan, at most 12 minutes on 2 cores (make bench)
+    python -m bench                         # quick plan, at most 15 minutes on 2 cores (make bench)
     python -m bench --full                  # full plan: every variant, longer steps (make bench-full)
     python -m bench --smoke                 # every path in a few seconds per step; figures mean nothing
     python -m bench --workload fraud --setups tuned,split,split-no-coalescing
