@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import signal
 import subprocess
 import sys
 import time
@@ -305,5 +306,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def _exit_on_signal(signum: int, _frame: object) -> None:
+    """SIGTERM or SIGHUP as an exit that unwinds: every running setup is a context manager
+    (`bench.setups.RunningSetup`), stopped on the way out. By the signals' default action the
+    interpreter died at once and left the setup in flight running in its own sessions (a
+    split's run-server.sh, serving and the API, measured: five processes left)."""
+    raise SystemExit(128 + signum)
+
+
 if __name__ == "__main__":
+    for _signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(_signum, _exit_on_signal)
     sys.exit(main())
