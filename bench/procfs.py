@@ -137,6 +137,23 @@ def system_cpu_ticks(proc: Path = PROC) -> int:
     return parse_system_cpu((proc / "stat").read_text())
 
 
+def parse_steal(text: str, cpus: Iterable[int]) -> int:
+    """Steal ticks since boot of the CPUs `cpus`, summed, from /proc/stat's "cpuN" lines.
+
+    Steal is the time the hypervisor ran something else while this virtual CPU had work
+    (proc(5), the eighth value of a cpu line); on bare metal it stays 0. A CPU with no line
+    (offline, or not on this machine) adds nothing.
+    """
+    wanted = {f"cpu{n}" for n in cpus}
+    return sum(int(parts[8]) for line in text.splitlines()
+               if (parts := line.split()) and parts[0] in wanted and len(parts) > 8)
+
+
+def steal_ticks(cpus: Iterable[int], proc: Path = PROC) -> int:
+    """Steal clock ticks of the CPUs `cpus` since boot (`parse_steal`)."""
+    return parse_steal((proc / "stat").read_text(), cpus)
+
+
 def process_cpu_s(pid: int, proc: Path = PROC) -> float:
     """utime + stime of a live process since it started, seconds.
 
@@ -175,6 +192,7 @@ class CpuReading:
     by_pid: dict[int, float]  # each measured process
     machine_cores: float  # every process on the machine, busy ticks of /proc/stat
     elapsed_s: float
+    stolen_cores: float = 0.0  # of the meter's `steal_cpus`: time the hypervisor took (steal)
 
     @property
     def cores(self) -> float:
@@ -183,13 +201,16 @@ class CpuReading:
 
 
 class CpuMeter:
-    """The benchmark's one CPU meter: utime + stime of some processes, and the machine's busy
-    time, from construction to `read()`."""
+    """The benchmark's one CPU meter: utime + stime of some processes, the machine's busy
+    time and the steal of the CPUs `steal_cpus` (those the processes run on), from
+    construction to `read()`."""
 
-    def __init__(self, pids: Iterable[int], proc: Path = PROC) -> None:
+    def __init__(self, pids: Iterable[int], proc: Path = PROC, steal_cpus: Iterable[int] = ()) -> None:
         self._proc = proc
+        self._steal_cpus = tuple(steal_cpus)
         self._before = tree_cpu_ticks(pids, proc)
         self._machine = system_cpu_ticks(proc)
+        self._steal = steal_ticks(self._steal_cpus, proc)
         self._started = time.monotonic()
 
     def read(self, pids: Iterable[int] | None = None) -> CpuReading:
@@ -202,4 +223,5 @@ class CpuMeter:
             for pid, ticks in after.items()
         }
         machine = (system_cpu_ticks(self._proc) - self._machine) / CLK_TCK / elapsed
-        return CpuReading(by_pid, machine, elapsed)
+        stolen = (steal_ticks(self._steal_cpus, self._proc) - self._steal) / CLK_TCK / elapsed
+        return CpuReading(by_pid, machine, elapsed, stolen)

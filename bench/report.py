@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from bench.results import BenchResults, CurvePoint, SetupResult
+from bench.slo import STOLEN_SHARE, stolen_too_much
 
 BUSY_OTHER_CORES = 0.25  # other processes using more than this during a step: flagged
 CURVES_PNG = "slo_curves.png"
@@ -126,11 +127,12 @@ def curve_table(results: BenchResults) -> str:
                 _num(cpu.setup_cores, 2) if cpu else "–",
                 _num(p.generator_busy_cores, 2),
                 _num(cpu.other_cores, 2) if cpu else "–",
+                _num(cpu.stolen_cores, 3) if cpu else "–",
             ])
     return _table(
         ["Workload", "Setup", "Search", "Offered RPS", "Achieved RPS", "p50", "p99", "p99.9", "max",
          "Late / planned", "Errors", "Phase", "Meets SLO", "Setup CPU (cores)", "Generator CPU, busy (cores)",
-         "Other CPU (cores)"],
+         "Other CPU (cores)", "Stolen, servers' CPUs (cores)"],
         rows,
     )
 
@@ -179,6 +181,18 @@ def notes(results: BenchResults) -> list[str]:
                 steps += 1
                 busy += p.cpu.other_cores > BUSY_OTHER_CORES
                 busiest = max(busiest, p.cpu.other_cores)
+    stolen = [p.cpu.stolen_cores for s in results.setups for p in s.latency_curve if p.cpu]
+    if any(stolen):
+        over = sum(stolen_too_much(p.cpu.stolen_cores, len(s.server_cpus))
+                   for s in results.setups for p in s.latency_curve if p.cpu)
+        again = sum(p.disturbed for s in results.setups for p in s.latency_curve)
+        out.append(
+            f"The hypervisor took the servers' CPUs (steal) during {sum(c > 0 for c in stolen)} of "
+            f"{len(stolen)} steps, more than {STOLEN_SHARE:.0%} of their time in {over} (up to "
+            f"{max(stolen):.0%} of a core; per step in results.json, cpu.stolen_cores); {again} failed "
+            "step(s) of those were measured again (bench.slo.STOLEN_SHARE): a shared virtual machine's "
+            "figures vary with its neighbours."
+        )
     if busy:
         out.append(
             f"Other processes on the machine used more than {BUSY_OTHER_CORES} cores during "

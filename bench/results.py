@@ -32,7 +32,7 @@ CURVE_KEYS = (
     "offered_rps", "achieved_rps", "p50_ms", "p99_ms", "p999_ms", "max_ms", "errors",
     "phase", "passed", "verdict", "duration_s", "requests", "late", "schedule_kept",
     "stopped_early", "generator_lag_p99_ms", "generator_busy_cores", "cpu", "search",
-    "warm_in_s",
+    "warm_in_s", "disturbed",
 )
 #: A curve point "at" a rate is within this share of it.
 RATE_MATCH = 0.01
@@ -46,6 +46,7 @@ class CpuUse:
     by_role: dict[str, float]  # the same, per role ("serving", "api worker", ...)
     load_generator_cores: float
     other_cores: float  # the rest of the machine: other work that competed for the CPUs
+    stolen_cores: float = 0.0  # steal of the servers' CPUs: time the hypervisor ran something else
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,7 @@ class CurvePoint:
     cpu: CpuUse | None = None
     search: int = 0  # which search of the setup (1, 2, ...); 0 for a reference step
     warm_in_s: float = 0.0  # seconds at the same rate before the step, not counted
+    disturbed: bool = False  # failed with its servers' CPUs stolen (bench.slo.stolen_too_much): measured again
 
     @classmethod
     def from_run(

@@ -45,7 +45,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -65,6 +65,7 @@ from bench.results import BenchResults, CpuUse, CurvePoint, MemoryRun, SetupResu
 from bench.setups import TUNED, NotAvailable, RunningSetup, Setup, start, wrap_body
 from bench.slo import (
     DEFAULT_SLO_MS,
+    STOLEN_REMEASURES,
     SloSearch,
     derived_slo_ms,
     judge,
@@ -72,6 +73,7 @@ from bench.slo import (
     repeat_ladder,
     schedule_kept,
     spread,
+    stolen_too_much,
 )
 from bench.workload import Workload
 
@@ -171,10 +173,13 @@ class Job:
     memory: bool = False
 
 
-def measure_cpu(running: RunningSetup, run: Callable[[], T]) -> tuple[T, CpuUse]:
-    """Call `run` (a load run) and read the CPU the setup, the generator and the rest used."""
+def measure_cpu(
+    running: RunningSetup, run: Callable[[], T], steal_cpus: Sequence[int] = ()
+) -> tuple[T, CpuUse]:
+    """Call `run` (a load run) and read the CPU the setup, the generator and the rest used, and
+    the steal of the CPUs `steal_cpus` (the servers')."""
     roles = running.roles()
-    meter = CpuMeter(running.pids())
+    meter = CpuMeter(running.pids(), steal_cpus=steal_cpus)
     result = run()
     reading = meter.read(running.pids())
     by_role: dict[str, float] = {}
@@ -187,6 +192,7 @@ def measure_cpu(running: RunningSetup, run: Callable[[], T]) -> tuple[T, CpuUse]
         by_role={k: round(v, 3) for k, v in sorted(by_role.items())},
         load_generator_cores=load_cores,
         other_cores=max(0.0, reading.machine_cores - reading.cores - load_cores),
+        stolen_cores=round(reading.stolen_cores, 4),
     )
 
 
@@ -348,11 +354,31 @@ class Runner:
         return rounds[-1], steady
 
     def step(
-        self, running: RunningSetup, load: LoadSettings, rate: float, phase: str, search: int = 0,
-        slo_ms: float | None = None,
+        self, running: RunningSetup, load: LoadSettings, rate: float, phase: str,
+        curve: list[CurvePoint], search: int = 0, slo_ms: float | None = None,
     ) -> CurvePoint:
-        """One open-loop step at `rate`; its curve point, judged against `slo_ms` (default: the
-        workload's SLO)."""
+        """One open-loop step at `rate`, judged against `slo_ms` (default: the workload's SLO);
+        its curve point is appended to `curve` and returned. A failure during which the
+        hypervisor took more than `STOLEN_SHARE` of the servers' CPUs is not evidence about
+        the setup: it stays in the curve, marked, and the step is measured again
+        (`STOLEN_REMEASURES` times at most); the last measurement is the one returned."""
+        for attempt in range(STOLEN_REMEASURES + 1):
+            point = self._measure_step(running, load, rate, phase, search, slo_ms)
+            stolen = point.cpu.stolen_cores if point.cpu else 0.0
+            if point.passed or attempt == STOLEN_REMEASURES or not stolen_too_much(
+                    stolen, len(self.env.server_cpus) or os.cpu_count() or 1):
+                curve.append(point)
+                return point
+            curve.append(replace(point, verdict=point.verdict + f"; {stolen:.0%} of a core stolen by "
+                                 "the hypervisor: measured again", disturbed=True))
+            self.say(f"{running.workload.name}/{running.setup.name}: {stolen:.0%} of a core stolen by "
+                     f"the hypervisor during that step: {rate:,.1f} RPS measured again")
+        raise AssertionError("unreachable: the last attempt returns")
+
+    def _measure_step(
+        self, running: RunningSetup, load: LoadSettings, rate: float, phase: str, search: int,
+        slo_ms: float | None,
+    ) -> CurvePoint:
         plan = self.plan
         slo = slo_ms if slo_ms is not None else self.slo_for(running.workload)
         duration = plan.step_duration(rate)
@@ -363,6 +389,7 @@ class Runner:
                 load, rate_rps=rate, duration_s=duration, seed=plan.seed, slo_ms=slo,
                 stop_early=phase in ("refine", "confirm"), warm_in_s=plan.warm_in_s,
             ),
+            steal_cpus=self.env.server_cpus,
         )
         lat = run.latency
         kept = schedule_kept(planned=run.planned, sent=run.sent,
@@ -375,10 +402,11 @@ class Runner:
         shown = (f"p50 {lat.p50_ms:.1f} p99 {lat.p99_ms:.1f} max {lat.max_ms:.1f} ms"
                  if lat else "no answers")
         label = f"search {search}, {phase}" if search else phase
+        stolen = f", {cpu.stolen_cores:.0%} of a core stolen" if cpu.stolen_cores >= 0.005 else ""
         self.say(
             f"{running.workload.name}/{running.setup.name}: {rate:,.1f} RPS ({label}, "
-            f"{plan.warm_in_s:g} s warm-in + {duration:.3g} s, {run.planned} planned, {run.late} late): {shown}, "
-            f"{run.achieved_rps:,.0f} RPS answered -- "
+            f"{plan.warm_in_s:g} s warm-in + {duration:.3g} s, {run.planned} planned, {run.late} late{stolen}): "
+            f"{shown}, {run.achieved_rps:,.0f} RPS answered -- "
             + ("meets the SLO" if verdict.passed else f"fails: {verdict.reason}")
             + (f" ({verdict.reason})" if verdict.passed and verdict.reason else "")
             + (f" (stopped early: {run.stopped_early})" if run.stopped_early else "")
@@ -500,9 +528,8 @@ class Runner:
                 # wait from load (BentoML's dispatcher after the closed-loop warm-up) can
                 # answer one request at a time slower than a stream of them.
                 lowest = plan.ladder(closed_rps)[0]
-                probe = self.step(running, load, lowest, "probe") if result.unloaded_p50_ms else None
-                if probe is not None:
-                    result.latency_curve.append(probe)
+                probe = (self.step(running, load, lowest, "probe", result.latency_curve)
+                         if result.unloaded_p50_ms else None)
                 if probe is None or not probe.passed:
                     relaxed = relaxed_slo_ms(slo)
                     result.notes.append(f"never met the workload's SLO ({slo:g} ms): its unloaded p50 "
@@ -522,7 +549,7 @@ class Runner:
             for rate in [*own, *references]:
                 measured = result.point_at(rate)
                 if measured is None or measured.stopped_early:  # a whole step at that rate
-                    result.latency_curve.append(self.step(running, load, rate, "reference"))
+                    self.step(running, load, rate, "reference", result.latency_curve)
             sp = result.spread
             shown = (f"{result.slo_rps:,.0f} RPS" if result.slo_rps else "never met") + (
                 f" (median of {len(result.searches)}: " + ", ".join(f"{v:,.0f}" for v in sp.values)
@@ -573,8 +600,8 @@ class Runner:
                     self.say(f"{result.workload}/{result.name}: the run's time budget is spent, "
                              f"search {number} ends here")
                     break
-                point = self.step(running, load, rate, phase, search=number, slo_ms=slo_ms)
-                result.latency_curve.append(point)
+                point = self.step(running, load, rate, phase, result.latency_curve, search=number,
+                                  slo_ms=slo_ms)
                 search.record(rate, point.passed)
             result.searches.append(search.slo_rps)
             lower_bounds.append(search.bound_reached)

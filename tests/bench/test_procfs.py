@@ -17,6 +17,7 @@ from bench.procfs import (
     ProcStat,
     machine_cpu_s,
     parse_stat,
+    parse_steal,
     parse_system_cpu,
     process_tree,
     read_stat,
@@ -123,3 +124,27 @@ def test_machine_cpu_is_busy_and_total_seconds_of_the_cpu_line(tmp_path: Path) -
     busy, total = machine_cpu_s(tmp_path)
     assert busy == pytest.approx(170 / CLK_TCK)
     assert total == pytest.approx(1010 / CLK_TCK)
+
+
+def test_steal_is_summed_over_the_named_cpus_only() -> None:
+    # user nice system idle iowait irq softirq steal ... (proc(5)): steal is the eighth value.
+    text = ("cpu  100 0 50 800 0 0 0 70 0 0\n"
+            "cpu0 50 0 25 400 0 0 0 60 0 0\n"
+            "cpu1 50 0 25 400 0 0 0 10 0 0\n"
+            "intr 12345 0 0\n")
+    assert parse_steal(text, [0]) == 60
+    assert parse_steal(text, [0, 1]) == 70
+    assert parse_steal(text, [7]) == 0  # not on this machine: nothing
+    assert parse_steal(text, []) == 0
+
+
+def test_cpu_meter_reads_the_steal_of_its_cpus_as_cores(tmp_path: Path) -> None:
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  0 0 0 0 0 0 0 0 0 0\ncpu0 0 0 0 0 0 0 0 0 0 0\ncpu1 0 0 0 0 0 0 0 0 0 0\n")
+    meter = CpuMeter([], proc=tmp_path, steal_cpus=[0])
+    time.sleep(0.2)
+    stolen = 0.1 * CLK_TCK  # 0.1 s stolen from cpu0, 0.5 s from cpu1 (not measured)
+    stat.write_text(f"cpu  0 0 0 0 0 0 0 {stolen * 6:g} 0 0\ncpu0 0 0 0 0 0 0 0 {stolen:g} 0 0\n"
+                    f"cpu1 0 0 0 0 0 0 0 {stolen * 5:g} 0 0\n")
+    reading = meter.read()
+    assert reading.stolen_cores == pytest.approx(0.1 / reading.elapsed_s)
