@@ -52,8 +52,10 @@ def _spread(s: SetupResult) -> str:
         return "–"
     if len(sp.values) == 1:
         return "1 search"
-    text = f"{_num(sp.low, 0)}–{_num(sp.high, 0)} ({len(sp.values)} searches, {sp.relative:.0%})"
-    return f"**{text} > 15 %**" if sp.wide else text
+    text = f"{_num(sp.low, 0)}–{_num(sp.high, 0)} ({len(sp.values)} searches, {sp.relative:.0%}"
+    if sp.unanswered:
+        return f"**{text}; {sp.unanswered} passed no rate, left out)**"
+    return f"**{text}) > 15 %**" if sp.wide else text + ")"
 
 
 def _memory(s: SetupResult) -> str:
@@ -204,7 +206,7 @@ def notes(results: BenchResults) -> list[str]:
             out.append(f"{s.workload}/{s.name}: {s.status}: {s.reason}")
             continue
         sp = s.spread
-        if sp is not None and sp.wide:
+        if sp is not None and sp.wide and not sp.unanswered:
             out.append(f"{s.workload}/{s.name}: its searches disagree by {sp.relative:.0%} of their median "
                        f"(> 15 %: {', '.join(_num(v, 0) for v in sp.values)} RPS); the median is shown")
         for m in s.memory:

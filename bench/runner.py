@@ -16,7 +16,8 @@ Per job, in this order:
    Each step is a `CurvePoint`; the first search's first failure is measured once more
    before it counts. The SLO-RPS is the median of the searches (`bench.slo.spread`). A
    setup that never meets the workload's SLO (3.) is searched at the relaxed SLO
-   (`bench.slo.relaxed_slo_ms`, 4x), and its figure is shown with that SLO, compared with none;
+   (`bench.slo.relaxed_slo_ms`: 4x, or 10x its own unloaded p50), and its figure is shown
+   with that SLO, compared with none;
 5. reference steps, the rates the targets compare at: 10 % of tuned's SLO-RPS, for tuned
    and for the headline split (of the workloads in `REFERENCE_WORKLOADS`: the target's);
 6. memory, after all throughput runs: for each API worker count of the plan, a fresh start,
@@ -531,7 +532,7 @@ class Runner:
                 probe = (self.step(running, load, lowest, "probe", result.latency_curve)
                          if result.unloaded_p50_ms else None)
                 if probe is None or not probe.passed:
-                    relaxed = relaxed_slo_ms(slo)
+                    relaxed = relaxed_slo_ms(slo, result.unloaded_p50_ms)
                     result.notes.append(f"never met the workload's SLO ({slo:g} ms): its unloaded p50 "
                                         f"({result.unloaded_p50_ms or 0:.1f} ms) is above it and it failed at "
                                         f"{lowest:g} RPS; searched at the relaxed SLO, {relaxed:g} ms")
@@ -552,7 +553,8 @@ class Runner:
                     self.step(running, load, rate, "reference", result.latency_curve)
             sp = result.spread
             shown = (f"{result.slo_rps:,.0f} RPS" if result.slo_rps else "never met") + (
-                f" (median of {len(result.searches)}: " + ", ".join(f"{v:,.0f}" for v in sp.values)
+                f" (median of {len(result.searches)}: " + ", ".join(
+                    "none" if v is None else f"{v:,.0f}" for v in result.searches)
                 + (f"; spread {sp.relative:.0%} > 15 %" if sp.wide else "") + ")" if sp else "")
             self.say(f"{workload.name}/{setup.name}: SLO-RPS (p99 <= {slo:g} ms) {shown}")
 
@@ -605,6 +607,10 @@ class Runner:
                 search.record(rate, point.passed)
             result.searches.append(search.slo_rps)
             lower_bounds.append(search.bound_reached)
+            if search.slo_rps is None and any(v is not None for v in result.searches):
+                lowest = min((p.offered_rps for p in result.latency_curve if p.search == number), default=0.0)
+                result.notes.append(f"search {number} passed no rate, down to {lowest:,.0f} RPS: its answer is "
+                                    "below that, and it is left out of the median (bench.slo.spread)")
         sp = spread(result.searches)
         result.slo_rps = sp.median if sp.median > 0 else None
         # The median is a floor when the search that gave it never failed.

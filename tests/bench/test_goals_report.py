@@ -267,3 +267,14 @@ def test_a_relaxed_tuned_leaves_the_targets_unmeasured() -> None:
     relaxed(tuned)
     goals = held(results)
     assert goals["SLO-RPS vs tuned"] is None and goals["median at low load"] is None
+
+
+def test_a_search_that_passed_no_rate_is_left_out_of_the_median_and_said_so() -> None:
+    results = run()
+    split = results.get("fraud", "split")
+    assert split is not None
+    split.searches = [494.0, None]
+    split.slo_rps = split.spread.median if split.spread else None
+    assert split.slo_rps == 494.0
+    row = next(line for line in slo_table(results).splitlines() if "| fraud | 25 ms | split |" in line)
+    assert "494–494 (2 searches, 0%; 1 passed no rate, left out)" in row

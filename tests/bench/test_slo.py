@@ -14,6 +14,7 @@ from bench.slo import (
     derived_slo_ms,
     judge,
     late_budget,
+    relaxed_slo_ms,
     repeat_ladder,
     schedule_kept,
     spread,
@@ -222,7 +223,8 @@ def test_the_late_budget_is_one_percent_of_the_planned_arrivals() -> None:
     [
         ([1000.0, 1100.0, 1050.0], 1050.0, 1000.0, 1100.0, False),  # 9.5 %
         ([800.0, 1000.0, 1000.0], 1000.0, 800.0, 1000.0, True),  # 20 %
-        ([None, 300.0, 310.0], 300.0, 0.0, 310.0, True),  # never met counts as 0
+        ([None, 300.0, 310.0], 305.0, 300.0, 310.0, True),  # one passed no rate: left out, flagged
+        ([494.0, None], 494.0, 494.0, 494.0, True),  # not 247, the median of 494 and 0
         ([None, None, None], 0.0, 0.0, 0.0, False),
         ([500.0, 600.0], 550.0, 500.0, 600.0, True),
         ([700.0], 700.0, 700.0, 700.0, False),
@@ -232,6 +234,9 @@ def test_median_and_spread_of_the_searches(values: list[float | None], median: f
                                            high: float, wide: bool) -> None:
     sp = spread(values)
     assert (sp.median, sp.low, sp.high, sp.wide) == (pytest.approx(median), low, high, wide)
+    answered = [v for v in values if v is not None]
+    assert sp.unanswered == (len(values) - len(answered) if answered else 0)  # never met: 0 is the answer
+    assert sp.values == tuple(0.0 if v is None else v for v in values)
 
 
 def test_a_spread_of_fifteen_percent_is_not_flagged() -> None:
@@ -408,3 +413,22 @@ def test_the_budget_sets_aside_each_jobs_start_and_the_memory_starts_it_will_nee
     heavy = WORKLOADS["fraud-transformer"]
     assert runner._job_overhead(Job(heavy, TUNED), first=True) - plain == pytest.approx(MODEL_COST_S)
     assert runner._job_overhead(Job(heavy, TUNED), first=False) == pytest.approx(plain)
+
+
+@pytest.mark.parametrize(("slo", "own_p50", "relaxed"), [
+    (25.0, None, 100.0),  # 4 x the workload's SLO
+    (25.0, 9.0, 100.0),   # its own derived SLO (90 ms) is below that
+    (25.0, 75.2, 755.0),  # naive without AVX-512: 10 x its own p50, rounded up to 5 ms
+    (130.0, 60.0, 600.0),
+])
+def test_the_relaxed_slo_is_4x_the_workloads_or_the_setups_own_derived_one(
+    slo: float, own_p50: float | None, relaxed: float
+) -> None:
+    assert relaxed_slo_ms(slo, own_p50) == relaxed
+
+
+def test_the_relaxed_slo_rejects_what_is_not_a_time() -> None:
+    for slo, own in ((0.0, None), (float("nan"), None), (25.0, -1.0)):
+        with pytest.raises(ValueError):
+            relaxed_slo_ms(slo, own)
+
