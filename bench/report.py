@@ -175,23 +175,23 @@ def cpu_table(results: BenchResults) -> str:
 def notes(results: BenchResults) -> list[str]:
     """Caveats of this run: busy machine, failures, early stops."""
     out = []
-    steps = busy = 0
-    busiest = 0.0
+    steps = busy = stolen = stolen_over = again = 0
+    busiest = most_stolen = 0.0
     for s in results.setups:
         for p in s.latency_curve:
+            again += p.disturbed
             if p.cpu:
                 steps += 1
                 busy += p.cpu.other_cores > BUSY_OTHER_CORES
                 busiest = max(busiest, p.cpu.other_cores)
-    stolen = [p.cpu.stolen_cores for s in results.setups for p in s.latency_curve if p.cpu]
-    if any(stolen):
-        over = sum(stolen_too_much(p.cpu.stolen_cores, len(s.server_cpus))
-                   for s in results.setups for p in s.latency_curve if p.cpu)
-        again = sum(p.disturbed for s in results.setups for p in s.latency_curve)
+                stolen += p.cpu.stolen_cores > 0
+                stolen_over += stolen_too_much(p.cpu.stolen_cores, len(s.server_cpus))
+                most_stolen = max(most_stolen, p.cpu.stolen_cores)
+    if stolen:
         out.append(
-            f"The hypervisor took the servers' CPUs (steal) during {sum(c > 0 for c in stolen)} of "
-            f"{len(stolen)} steps, more than {STOLEN_SHARE:.0%} of their time in {over} (up to "
-            f"{max(stolen):.0%} of a core; per step in results.json, cpu.stolen_cores); {again} failed "
+            f"The hypervisor took the servers' CPUs (steal) during {stolen} of "
+            f"{steps} steps, more than {STOLEN_SHARE:.0%} of their time in {stolen_over} (up to "
+            f"{most_stolen:.0%} of a core; per step in results.json, cpu.stolen_cores); {again} failed "
             "step(s) of those were measured again (bench.slo.STOLEN_SHARE): a shared virtual machine's "
             "figures vary with its neighbours."
         )

@@ -72,7 +72,8 @@ def stolen_too_much(stolen_cores: float, cpus: int) -> bool:
     Args:
         stolen_cores: steal over the step, in cores (CPU seconds per wall second), summed
             over the servers' CPUs.
-        cpus: how many CPUs the servers run on (at least 1 is assumed).
+        cpus: how many CPUs the servers run on (at least 1 is assumed; unpinned servers
+            are read on no CPU, so their steal is 0).
     """
     return stolen_cores > STOLEN_SHARE * max(1, cpus)
 
@@ -207,7 +208,7 @@ def relaxed_slo_ms(
     own unloaded one-request p50 -- the rule the workload's SLO comes from, applied to the
     setup itself, so that every setup gets a number. Why: naive on an EPYC without AVX-512
     answers one request in 75-84 ms and its p99 at 5 RPS was 117-165 ms; at 100 ms it
-    never met in three runs of three (75.5 ms -> 755 ms).
+    never met in four runs of four (75.5 ms -> 755 ms).
 
     Raises:
         ValueError: an SLO or p50 that is not a positive finite number.
