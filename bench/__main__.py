@@ -54,11 +54,24 @@ DEFAULT_OUT = REPO / "bench" / "results"
 
 
 def _cpu_list(text: str) -> tuple[int, ...]:
-    """"0", "0,1", "0-2" → CPU numbers."""
+    """"0", "0,1", "0-2" → CPU numbers, each one this process may run on.
+
+    Raises:
+        argparse.ArgumentTypeError: not such a list, or a CPU outside this process's affinity
+            (checked here, before the run: taskset would fail every setup's start minutes in,
+            after the peers' install).
+    """
     cpus: list[int] = []
-    for part in filter(None, text.split(",")):
-        low, _, high = part.partition("-")
-        cpus.extend(range(int(low), int(high or low) + 1))
+    try:
+        for part in filter(None, text.split(",")):
+            low, _, high = part.partition("-")
+            cpus.extend(range(int(low), int(high or low) + 1))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a CPU list (e.g. 0, 0,1 or 0-2): {text!r}") from None
+    allowed = os.sched_getaffinity(0)
+    if not cpus or not set(cpus) <= allowed:
+        raise argparse.ArgumentTypeError(
+            f"CPUs {text!r}: this machine lets the benchmark run on CPUs {sorted(allowed)}")
     return tuple(cpus)
 
 

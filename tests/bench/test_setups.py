@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -183,3 +186,13 @@ def test_in_process_apps_collect_before_they_serve(monkeypatch: pytest.MonkeyPat
     with TestClient(build_app("settled", handler)) as client:
         assert calls == [1]
         assert client.get("/healthz").status_code == 200
+
+
+def test_a_cpu_list_outside_this_machine_is_refused_before_the_run() -> None:
+    allowed = sorted(os.sched_getaffinity(0))
+    beyond = max(allowed) + 64
+    for bad in (str(beyond), f"0-{beyond}", "x", ""):
+        done = subprocess.run([sys.executable, "-m", "bench", "--server-cpus", bad], capture_output=True,
+                              text=True, timeout=60, check=False)
+        assert done.returncode == 2, done.stderr
+        assert "--server-cpus" in done.stderr and "[bench]" not in done.stdout  # nothing started
