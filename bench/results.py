@@ -60,8 +60,10 @@ class CurvePoint:
     p999_ms: float | None
     max_ms: float | None
     errors: int
-    phase: str  # "sweep", "extend", "confirm", "descend", "refine" (the SLO search), "probe" (one step
-    # at the ladder's lowest rate, for a setup slower unloaded than the SLO) or "reference" (a target's rate)
+    phase: str  # "sweep", "extend", "confirm", "descend", "refine" (the SLO search), "probe" (a step at
+    # the workload's SLO of a setup that never met it, before its search at the relaxed SLO: one at the
+    # ladder's lowest rate when slower unloaded than the SLO, else its first search's) or "reference"
+    # (a target's rate)
     passed: bool  # met the SLO (bench.slo.judge)
     verdict: str  # why not ("" when passed)
     duration_s: float
