@@ -104,8 +104,9 @@ def _memory(record: dict[str, Any]) -> str:
     return " / ".join(f"{sum(p['pss_mb'] for p in m['processes']):,.0f}" for m in memory) or "–"
 
 
-def results_markdown(first: dict[str, Any], second: dict[str, Any]) -> str:
-    """The docs page's results section for two runs (see the module docstring)."""
+def results_markdown(first: dict[str, Any], second: dict[str, Any], picture: str | None = None) -> str:
+    """The docs page's results section for two runs (see the module docstring); `picture`,
+    when given, is run 2's curves, a path relative to the docs folder."""
     one, two = _records(first), _records(second)
     slo = second["meta"].get("slo", {})
     lines = [
@@ -137,6 +138,8 @@ def results_markdown(first: dict[str, Any], second: dict[str, Any]) -> str:
             f"| {goal['target']} | {other['measured'] + ' — ' + mark[other['held']] if other else '–'} "
             f"| {goal['measured']} — {mark[goal['held']]} |"
         )
+    if picture:
+        lines += ["", f"![p50 and p99 against offered load, every setup, peers included, run 2]({picture})"]
     return "\n".join(lines)
 
 
@@ -177,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         date = str(second["meta"].get("started_at", "run"))[:10].replace("-", "")
         picture = f"docs/bench/slo_curves-{date}.png"
         shutil.copyfile(second["dir"] / "slo_curves.png", REPO / picture)
-        DOCS.write_text(replace_between(DOCS.read_text(), BEGIN, END, results_markdown(first, second)))
+        DOCS.write_text(replace_between(DOCS.read_text(), BEGIN, END, results_markdown(first, second, str(Path(picture).relative_to("docs")))))
         README.write_text(replace_between(README.read_text(), HEAD_BEGIN, HEAD_END,
                                           headline_markdown(first, second, picture)))
     except (ValueError, OSError) as exc:

@@ -102,6 +102,9 @@ def test_two_runs_side_by_side(tmp_path: Path) -> None:
     assert "AVX-512 no" in text and "fraud p99 ≤ 40 ms (derived)" in text
     assert "| fraud | split | 1,000 (950–1,050) | 1,040 (988–1,092) | +4% | 3.0 / 20.0 |" in text
     assert "| split >= tuned | 1.1x — held | 1.1x — held |" in text
+    assert "![" not in text  # no picture unless given
+    pictured = results_markdown(first, second, "bench/slo_curves-20261204.png")
+    assert pictured.endswith("peers included, run 2](bench/slo_curves-20261204.png)")
 
 
 def test_a_figure_at_the_relaxed_slo_names_its_slo_and_is_compared_only_with_one_at_the_same(
