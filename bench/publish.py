@@ -180,7 +180,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         date = str(second["meta"].get("started_at", "run"))[:10].replace("-", "")
         picture = f"docs/bench/slo_curves-{date}.png"
         shutil.copyfile(second["dir"] / "slo_curves.png", REPO / picture)
-        DOCS.write_text(replace_between(DOCS.read_text(), BEGIN, END, results_markdown(first, second, str(Path(picture).relative_to("docs")))))
+        shown = str(Path(picture).relative_to("docs"))  # the docs page's own folder
+        DOCS.write_text(replace_between(DOCS.read_text(), BEGIN, END, results_markdown(first, second, shown)))
         README.write_text(replace_between(README.read_text(), HEAD_BEGIN, HEAD_END,
                                           headline_markdown(first, second, picture)))
     except (ValueError, OSError) as exc:
