@@ -101,6 +101,8 @@ JOB_OVERHEAD_S = {"peer": 40.0}
 JOB_OVERHEAD_DEFAULT_S = 20.0
 #: Seconds the model's in-process cost takes, about (before a MODEL_COST_WORKLOADS workload).
 MODEL_COST_S = 15.0
+#: Seconds a memory start waits for all the workers it was started with (after ready).
+WORKERS_UP_TIMEOUT_S = 30.0
 #: The first search's share of a job's time, in repeats' shares.
 FIRST_SEARCH_WEIGHT = 2.0
 
@@ -661,14 +663,26 @@ class Runner:
         for count in self.plan.memory_workers:
             if result.memory_at(count) is None:
                 with self.start_setup(job.setup, job.workload, workers=count) as running:
-                    result.memory.append(self._memory(running))
+                    result.memory.append(self._memory(running, workers=count))
         result.memory.sort(key=lambda m: m.workers)
 
-    def _memory(self, running: RunningSetup) -> MemoryRun:
+    def _memory(self, running: RunningSetup, workers: int | None = None) -> MemoryRun:
         """Total PSS after one closed-loop round of `plan.memory_warmup_s` and the drain of
-        its backlog, so every worker has served and built what serving needs."""
-        name, workers = running.setup.name, running.workers
-        self.say(f"{running.workload.name}/{name}: memory with {workers} worker(s), after a "
+        its backlog, so every worker has served and built what serving needs. `workers`: the
+        count it was started with, waited for (`WORKERS_UP_TIMEOUT_S`) before the warm-up.
+        The count recorded is the workers of the PSS snapshot itself."""
+        name = running.setup.name
+        notes = []
+        if workers is not None:
+            # Ready means one worker answers; the others may still be starting: a split
+            # started with WEB_CONCURRENCY=4 counted 2 workers at ready and 3 a second later,
+            # and its 4-worker PSS was recorded as 3 workers' (no 4-worker target measured).
+            deadline = time.monotonic() + WORKERS_UP_TIMEOUT_S
+            while running.workers < workers and time.monotonic() < deadline:
+                time.sleep(0.2)
+            if running.workers < workers:
+                notes.append(f"{running.workers} of {workers} workers up after {WORKERS_UP_TIMEOUT_S:g} s")
+        self.say(f"{running.workload.name}/{name}: memory with {running.workers} worker(s), after a "
                  f"{self.plan.memory_warmup_s:g} s warm-up")
         before = tree_cpu_ticks(running.pids())
         run_closed_loop(self.load_settings(running), connections=self.plan.closed_connections,
@@ -676,12 +690,12 @@ class Runner:
         self.wait_idle(running)
         after = tree_cpu_ticks(running.pids())
         roles = running.roles()
-        notes = []
         idle = [pid for pid, ticks in after.items()
                 if roles.get(pid, "").endswith("worker") and ticks == before.get(pid, 0)]
         if idle:
             notes.append(f"workers {idle} used no CPU during warm-up (may not have served)")
         memory = tree_memory(running.pids(), roles)
+        counted = sum(1 for p in memory.processes if p.role.endswith("worker"))
         self.say(f"{running.workload.name}/{name}: total PSS {memory.pss_mb:,.0f} MB with "
-                 f"{workers} worker(s) ({len(memory.processes)} processes)")
-        return MemoryRun(workers, memory.processes, notes)
+                 f"{counted} worker(s) ({len(memory.processes)} processes)")
+        return MemoryRun(counted, memory.processes, notes)

@@ -1,5 +1,7 @@
-"""A setup whose first search meets the workload's SLO at no rate is searched again at the
-relaxed SLO, so that every setup gets a number (`bench.runner.Runner._search_or_relax`)."""
+"""The runner's rules, with the measurements replaced: a setup whose first search meets the
+workload's SLO at no rate is searched again at the relaxed SLO, so that every setup gets a
+number (`bench.runner.Runner._search_or_relax`); a memory start is measured with all its
+workers up, and records the count of its own snapshot (`Runner._memory`)."""
 
 from __future__ import annotations
 
@@ -78,3 +80,42 @@ def test_a_setup_that_meets_no_slo_at_all_ends_without_a_number(tmp_path: Path) 
     result, slo = search(runner, unloaded_p50_ms=10.9)
     assert slo == 110.0 and result.slo_rps is None and result.relaxed_from_ms == 25.0
     assert slos.count(25.0) == sum(1 for p in result.latency_curve if p.phase == "probe")
+
+
+def test_memory_waits_for_the_workers_it_was_started_with_and_counts_its_own_snapshot(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    """Ready means one worker answers: a split started with 4 API workers counted 2 at ready
+    and 3 a second later, and its 4-worker PSS was recorded as 3 workers'."""
+    import bench.runner as runner_module
+    from bench.memory import ProcessMemory, TreeMemory
+
+    class Starting:
+        """A split whose API workers come up one per look at its process tree, up to 4."""
+
+        setup = SimpleNamespace(name="split")
+        workload = SimpleNamespace(name="fraud")
+        looks = 0
+
+        @property
+        def workers(self) -> int:
+            self.looks += 1
+            return min(4, 1 + self.looks)
+
+        def pids(self) -> list[int]:
+            return list(range(10, 10 + min(4, 1 + self.looks)))
+
+        def roles(self) -> dict[int, str]:
+            return {pid: "api worker" for pid in self.pids()}
+
+    running = Starting()
+    monkeypatch.setattr(runner_module, "run_closed_loop", lambda *_a, **_k: None)
+    ticks = iter(range(1, 100))  # each look at the CPU ticks: every worker has used more
+    monkeypatch.setattr(runner_module, "tree_cpu_ticks", lambda pids: dict.fromkeys(pids, next(ticks)))
+    monkeypatch.setattr(runner_module, "tree_memory", lambda pids, roles: TreeMemory(
+        [ProcessMemory(pid, roles[pid], 26.0, 40.0) for pid in pids]))
+    env = Environment(run_dir=tmp_path, pool=tmp_path / "pool", probe=b"{}", server_cpus=(0,), load_cpus=(1,))
+    runner = Runner(QUICK, env, lambda _line: None)
+    monkeypatch.setattr(runner, "wait_idle", lambda _running: True)
+    monkeypatch.setattr(runner, "load_settings", lambda _running: None)
+    run: Any = runner._memory(running, workers=4)  # type: ignore[arg-type]
+    assert run.workers == 4 and len(run.processes) == 4 and run.notes == []
