@@ -5,6 +5,7 @@ workers up, and records the count of its own snapshot (`Runner._memory`)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
@@ -63,6 +64,17 @@ def test_a_first_search_that_passes_no_rate_is_followed_by_searches_at_the_relax
     assert slos[:len(probes)] == [25.0] * len(probes) and set(slos[len(probes):]) == {110.0}
     assert {p.search for p in result.latency_curve if p.phase != "probe"} == {1, 2, 3}
     assert any("searched at the relaxed SLO, 110 ms" in note for note in result.notes)
+
+
+def test_a_first_search_without_an_answer_in_its_share_of_the_budget_gives_the_rest_to_the_relaxed_slo(
+        tmp_path: Path) -> None:
+    slos: list[float] = []
+    runner = runner_where(tmp_path, lambda rate, slo: slo > 25.0 and rate <= 60.0, slos)
+    runner._deadline = time.monotonic() + 10.0  # a 7 s step: the first search's share holds one
+    result, slo = search(runner, unloaded_p50_ms=10.9)
+    assert slo == 110.0 and result.relaxed_from_ms == 25.0
+    assert slos.count(25.0) == 1 == sum(1 for p in result.latency_curve if p.phase == "probe")
+    assert result.slo_rps is not None  # a search without an answer yet goes on: a number
 
 
 def test_a_setup_that_meets_the_workloads_slo_somewhere_is_not_relaxed(tmp_path: Path) -> None:
