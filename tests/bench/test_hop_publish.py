@@ -99,7 +99,7 @@ def run_file(tmp_path: Path, name: str, rps: float, mode: str = "quick") -> Path
 def test_two_runs_side_by_side(tmp_path: Path) -> None:
     first, second = load(run_file(tmp_path, "a", 1000.0)), load(run_file(tmp_path, "b", 1040.0))
     text = results_markdown(first, second)
-    assert "AVX-512 no" in text and "fraud p99 ≤ 40 ms (derived)" in text
+    assert "AVX-512 no" in text and "fraud p99 ≤ 40 ms (run 1), 40 ms (run 2: derived)" in text
     assert "| fraud | split | 1,000 (950–1,050) | 1,040 (988–1,092) | +4% | 3.0 / 20.0 |" in text
     assert "| split >= tuned | 1.1x — held | 1.1x — held |" in text
     assert "![" not in text  # no picture unless given
