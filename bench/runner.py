@@ -16,9 +16,9 @@ Per job, in this order:
    Each step is a `CurvePoint`; the first search's first failure is measured once more
    before it counts. The SLO-RPS is the median of the searches (`bench.slo.spread`). A
    setup that never meets the workload's SLO (3., or a first search that failed at every
-   rate down to its lowest) is searched at the relaxed SLO (`bench.slo.relaxed_slo_ms`:
-   4x, or 10x its own unloaded p50), and its figure is shown with that SLO, compared with
-   none;
+   rate it measured, down to its lowest or within its share of the budget) is searched at
+   the relaxed SLO (`bench.slo.relaxed_slo_ms`: 4x, or 10x its own unloaded p50), and its
+   figure is shown with that SLO, compared with none;
 5. reference steps, the rates the targets compare at: 10 % of tuned's SLO-RPS, for tuned
    and for the headline split (of the workloads in `REFERENCE_WORKLOADS`: the target's);
 6. memory, after all throughput runs: for each API worker count of the plan, a fresh start,
@@ -64,7 +64,7 @@ from bench.plan import Plan
 from bench.processes import REPO, SetupError, taskset
 from bench.procfs import CLK_TCK, CpuMeter, tree_cpu_ticks
 from bench.results import BenchResults, CpuUse, CurvePoint, MemoryRun, SetupResult
-from bench.setups import TUNED, NotAvailable, RunningSetup, Setup, start, wrap_body
+from bench.setups import TUNED, NotAvailable, RunningSetup, Setup, is_worker, start, wrap_body
 from bench.slo import (
     DEFAULT_SLO_MS,
     STOLEN_REMEASURES,
@@ -78,6 +78,7 @@ from bench.slo import (
     stolen_too_much,
 )
 from bench.workload import Workload
+from tools.processes import NotReady, wait_until
 
 T = TypeVar("T", ClosedLoopResult, OpenLoopResult)
 Progress = Callable[[str], None]
@@ -577,8 +578,8 @@ class Runner:
     def _relax_unmet(self, result: SetupResult, slo_ms: float) -> float:
         """The first search of `result` met `slo_ms` (the workload's SLO) at no rate, down
         to its lowest or within its share of the time budget: its steps become probes
-        (search 0), the searches start again at the
-        relaxed SLO (`bench.slo.relaxed_slo_ms`), which is returned. Why: Ray Serve's unloaded
+        (search 0), the searches start again at the relaxed SLO
+        (`bench.slo.relaxed_slo_ms`), which is returned. Why: Ray Serve's unloaded
         p50 (10.9 ms) is below fraud's 25 ms, but its p99 was above it at every rate, 6 RPS
         included (36.9 ms, Intel Xeon with AVX-512), and it had no number at all."""
         tried = [p for p in result.latency_curve if p.search == 1]
@@ -622,10 +623,11 @@ class Runner:
                     self.say(f"{result.workload}/{result.name}: search {number} skipped, it would "
                              "not fit in the run's time budget")
                     break
+            relaxing = relax_unmet and number == 1  # a first search with no pass hands over
             while (step := search.next_step()) is not None:
                 rate, phase = step
                 over_share = time.monotonic() + plan.step_cost(rate) > until
-                if relax_unmet and search.slo_rps is None and search.steps and over_share:
+                if relaxing and search.slo_rps is None and search.steps and over_share:
                     # No rate met the workload's SLO within this search's share: the rest of
                     # the job's time is for the relaxed SLO (a peer descending 5 s steps to
                     # 8.9 RPS at 25 ms, Ray Serve on fraud, took 2 min of the heavier
@@ -652,7 +654,7 @@ class Runner:
                 search.record(rate, point.passed)
             result.searches.append(search.slo_rps)
             lower_bounds.append(search.bound_reached)
-            if relax_unmet and number == 1 and search.slo_rps is None and search.steps:
+            if relaxing and search.slo_rps is None and search.steps:
                 break
             if search.slo_rps is None and any(v is not None for v in result.searches):
                 lowest = min((p.offered_rps for p in result.latency_curve if p.search == number), default=0.0)
@@ -686,10 +688,10 @@ class Runner:
             # Ready means one worker answers; the others may still be starting: a split
             # started with WEB_CONCURRENCY=4 counted 2 workers at ready and 3 a second later,
             # and its 4-worker PSS was recorded as 3 workers' (no 4-worker target measured).
-            deadline = time.monotonic() + WORKERS_UP_TIMEOUT_S
-            while running.workers < workers and time.monotonic() < deadline:
-                time.sleep(0.2)
-            if running.workers < workers:
+            try:
+                wait_until(lambda: running.workers >= workers, WORKERS_UP_TIMEOUT_S,
+                           f"{workers} worker(s) of {name}", poll_s=0.2)
+            except NotReady:
                 notes.append(f"{running.workers} of {workers} workers up after {WORKERS_UP_TIMEOUT_S:g} s")
         self.say(f"{running.workload.name}/{name}: memory with {running.workers} worker(s), after a "
                  f"{self.plan.memory_warmup_s:g} s warm-up")
@@ -700,11 +702,11 @@ class Runner:
         after = tree_cpu_ticks(running.pids())
         roles = running.roles()
         idle = [pid for pid, ticks in after.items()
-                if roles.get(pid, "").endswith("worker") and ticks == before.get(pid, 0)]
+                if is_worker(roles.get(pid, "")) and ticks == before.get(pid, 0)]
         if idle:
             notes.append(f"workers {idle} used no CPU during warm-up (may not have served)")
         memory = tree_memory(running.pids(), roles)
-        counted = sum(1 for p in memory.processes if p.role.endswith("worker"))
+        counted = sum(1 for p in memory.processes if is_worker(p.role))
         self.say(f"{running.workload.name}/{name}: total PSS {memory.pss_mb:,.0f} MB with "
                  f"{counted} worker(s) ({len(memory.processes)} processes)")
         return MemoryRun(counted, memory.processes, notes)

@@ -305,6 +305,12 @@ def _role(pid: int, parent_cmd: str, cmd: str, split: bool) -> str:
     return cmd[:60] or str(pid)
 
 
+def is_worker(role: str) -> bool:
+    """Whether a process of role `role` (`RunningSetup.roles`) is a worker: an API or in-process
+    app worker, a BentoML worker or a Ray Serve replica."""
+    return role.endswith("worker")
+
+
 class RunningSetup:
     """A started setup: its root process, its URL, its process tree. Stop with `stop()`."""
 
@@ -333,7 +339,7 @@ class RunningSetup:
     @property
     def workers(self) -> int:
         """API (or in-process app) worker processes running now."""
-        return sum(1 for role in self.roles().values() if role.endswith("worker"))
+        return sum(1 for role in self.roles().values() if is_worker(role))
 
     def commands(self) -> list[str]:
         """The command line that was started, for the report."""
