@@ -183,7 +183,10 @@ serving_restart_backoff() {
 start_serving
 
 stop_all() {
-  trap - TERM INT HUP
+  # Ignored, not reset: a second signal during the API's drain (make passing on a group's
+  # SIGTERM, a second Ctrl-C) killed this shell there, and serving, in a session of its own,
+  # was left running on its ports.
+  trap '' TERM INT HUP
   [[ -n "$backoff_pid" ]] && { kill "$backoff_pid" 2>/dev/null || true; }
   [[ -n "$waiter_pid" ]] && { kill "$waiter_pid" 2>/dev/null || true; }
   if [[ -n "$api_pid" ]] && kill -0 "$api_pid" 2>/dev/null; then

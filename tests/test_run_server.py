@@ -83,6 +83,27 @@ def test_run_server_serves_and_stops_cleanly(tmp_path: Path, protocol: str, sock
     assert not list(tmp_path.glob("serving-sockets.*"))  # removed with the tiers
 
 
+def test_a_second_sigterm_during_the_stop_still_stops_both_tiers(tmp_path: Path) -> None:
+    env = one_worker_env(TMPDIR=str(tmp_path))
+    proc = start_run_server(tmp_path / "run-server.log", **env)
+    try:
+        wait_run_server(proc)
+        descendants = children_of(proc.popen.pid)
+        os.kill(proc.popen.pid, signal.SIGTERM)
+        time.sleep(0.3)  # while it waits for the API to drain
+        os.kill(proc.popen.pid, signal.SIGTERM)
+        code = proc.popen.wait(timeout=60)
+    finally:
+        proc.stop(timeout_s=60)
+    deadline = time.monotonic() + 30
+    while (left := [p for p in descendants if Path(f"/proc/{p}").exists()]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for pid in left:  # a tier left running (serving is in a session of its own): not into the next test
+        os.kill(pid, signal.SIGKILL)
+    assert code == 0 and not left, f"left running: {left}\n{proc.log()}"
+    assert not list(tmp_path.glob("serving-sockets.*"))
+
+
 WATCH_S = 6.0  # how long a waiting run-server is watched
 FRAUD_ONLY = 'model_config_list { config { name: "fraud" base_path: "/models/fraud" model_platform: "tensorflow" } }'
 
