@@ -231,6 +231,10 @@ class HardenedHttpProtocol(HttpToolsProtocol):
         self._pipeline_capped = False  # over max_pipelined: the parsed ones answered, then closed
         self._write_timer: asyncio.TimerHandle | None = None
         self._completion_held = False  # a response completed while writes were paused
+        # A response's status line and headers, held for its first body write (see _write).
+        self._head: bytes | None = None
+        self._head_cycle: object = None  # the cycle whose head was written or is held
+        self._head_flush: asyncio.Handle | None = None
         admission = limits.admission
         self._admission = admission_for(server_state, admission) if admission is not None else None
 
@@ -524,7 +528,8 @@ class HardenedHttpProtocol(HttpToolsProtocol):
         answer = self.shed_answer(refusal, keep_alive=keep_alive)
         if self.transport.is_closing():
             return
-        self._write(answer)
+        self._flush_head()
+        self._write_now(answer)
         self.server_state.total_requests += 1
         if not keep_alive:
             self.transport.close()
@@ -536,6 +541,7 @@ class HardenedHttpProtocol(HttpToolsProtocol):
             )
 
     def on_response_complete(self) -> None:
+        self._flush_head()
         if self._lingering:  # closed by the cycle after an early answer (Connection: close)
             self.server_state.total_requests += 1
             return
@@ -573,6 +579,38 @@ class HardenedHttpProtocol(HttpToolsProtocol):
         transport = self.transport
         if transport.is_closing():
             return
+        cycle = self.cycle
+        if self._head_cycle is not cycle:
+            # A response's first write is its status line and headers (uvicorn writes them
+            # on http.response.start and the body on the next send): they wait for the body
+            # and go out with it in one write, or at the end of this loop iteration if the
+            # app sends nothing more before it awaits. Written apart, they cost a second
+            # send(2) and woke the reader twice per answer -- the API worker on serving's
+            # CPU, which read the head, waited again and was woken for the body.
+            self._head_cycle = cycle
+            self._head = data
+            self._head_flush = self.loop.call_soon(self._flush_head)
+            return
+        if self._head is not None:
+            data = self._head + data
+            self._head = None
+            if self._head_flush is not None:
+                self._head_flush.cancel()
+                self._head_flush = None
+        self._write_now(data)
+
+    def _flush_head(self) -> None:
+        """Write a held head now (nothing followed it in its loop iteration, or the
+        response ends without a body write, e.g. HEAD, or its connection closes)."""
+        head, self._head = self._head, None
+        if self._head_flush is not None:
+            self._head_flush.cancel()
+            self._head_flush = None
+        if head is not None and not self.transport.is_closing():
+            self._write_now(head)
+
+    def _write_now(self, data: bytes) -> None:
+        transport = self.transport
         transport.write(data)
         bound = self.http_limits.max_pending_write_bytes
         if bound is not None and transport.get_write_buffer_size() > bound:
@@ -656,6 +694,7 @@ class HardenedHttpProtocol(HttpToolsProtocol):
             # an answer now would interleave with it.
             self.transport.close()
             return
+        self._flush_head()
         self.transport.write(self._answer_bytes(refusal, answer, keep_alive=False))
         if refusal is Refusal.SHUTDOWN and cycle is not None:
             # The request's app has not answered: its receive() returns http.disconnect now
@@ -677,6 +716,7 @@ class HardenedHttpProtocol(HttpToolsProtocol):
 
     def _close_after_response(self) -> None:
         """What the response cycle's `transport.close()` does (see `_CycleTransport`)."""
+        self._flush_head()
         cycle = self.cycle
         if not self.pipeline and cycle is not None and cycle.more_body and not cycle.disconnected:
             self._linger_close()

@@ -257,11 +257,11 @@ class AtCapacityProtocol(PlainProtocol):
 
 @pytest.fixture
 def at_capacity() -> Iterator[tuple[Running, list[bool]]]:
-    app, refused, full = App(), [], [True]
-    protocol = type("Protocol", (AtCapacityProtocol,), {"refused": refused, "full": full})
+    app, refused, writes, full = App(), [], [], [True]
+    protocol = type("Protocol", (AtCapacityProtocol,), {"refused": refused, "writes": writes, "full": full})
     limits = HttpLimits(max_header_bytes=4096, admission=AdmissionLimits())
     with serving_in_thread(app, functools.partial(protocol, limits=limits)) as (server, port):
-        yield Running(server, app, port, refused), full
+        yield Running(server, app, port, refused, writes), full
 
 
 def test_at_capacity_a_request_is_refused_from_its_head_and_its_connection_kept_when_its_body_is_small(

@@ -35,21 +35,29 @@ pytestmark = pytest.mark.http_hardening
 
 
 class PlainProtocol(HardenedHttpProtocol):
-    """A tier's subclass at its smallest: answers `{"refused": <refusal>}`, remembers each."""
+    """A tier's subclass at its smallest: answers `{"refused": <refusal>}`, remembers each,
+    and records every write it hands its transport (`writes`)."""
 
     refused: list[Refusal]
+    writes: list[bytes]
 
     def error_answer(self, refusal: Refusal) -> ErrorAnswer:
         self.refused.append(refusal)
         return ErrorAnswer(orjson.dumps({"refused": refusal.value}), [(b"x-tier", b"plain")])
 
+    def _write_now(self, data: bytes) -> None:
+        self.writes.append(data)
+        super()._write_now(data)
+
 
 @dataclass
 class App:
     """`/` answers at once; `/echo` reads the whole body and answers its size, noting a
-    disconnect met while reading; `/big` answers 1 MiB, counted in `big`."""
+    disconnect met while reading; `/big` answers 1 MiB, counted in `big`; `/late-body` sends
+    its head, then its body once `release` is set."""
 
     loop: asyncio.AbstractEventLoop | None = None
+    release: asyncio.Event | None = None
     big: int = 0
     reading: int = 0
     disconnects: int = 0
@@ -79,6 +87,9 @@ class App:
             self.sizes.append(size)
             body = str(size).encode()
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"%d" % len(body))]})
+        if scope["path"] == "/late-body":
+            self.release = asyncio.Event()
+            await self.release.wait()
         await send({"type": "http.response.body", "body": body})
 
 
@@ -88,6 +99,7 @@ class Running:
     app: App
     port: int
     refused: list[Refusal]
+    writes: list[bytes]
 
     def shut_down(self) -> None:
         assert self.app.loop is not None
@@ -95,10 +107,10 @@ class Running:
 
 
 def serve(limits: HttpLimits) -> Iterator[Running]:
-    app, refused = App(), []
-    protocol = type("Protocol", (PlainProtocol,), {"refused": refused})
+    app, refused, writes = App(), [], []
+    protocol = type("Protocol", (PlainProtocol,), {"refused": refused, "writes": writes})
     with serving_in_thread(app, functools.partial(protocol, limits=limits)) as (server, port):
-        yield Running(server, app, port, refused)
+        yield Running(server, app, port, refused, writes)
 
 
 @pytest.fixture
@@ -173,3 +185,43 @@ def test_without_a_shutdown_body_timeout_a_body_still_arriving_is_waited_for(run
         status, headers, body = read_response(s)
     assert (status, body, headers["connection"]) == (200, b"1000", "close")
     assert running.refused == []
+
+
+def test_an_answers_head_and_body_go_out_in_one_write(running: Running) -> None:
+    with connect(running.port) as s:
+        for _ in range(2):  # and again on the kept-alive connection
+            s.sendall(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+            assert read_response(s)[::2] == (200, b"ok")
+    assert len(running.writes) == 2
+    assert all(w.startswith(b"HTTP/1.1 200 OK\r\n") and w.endswith(b"\r\n\r\nok") for w in running.writes)
+
+
+def test_a_head_whose_body_comes_later_is_written_without_waiting_for_it(running: Running) -> None:
+    with connect(running.port) as s:
+        s.sendall(b"GET /late-body HTTP/1.1\r\nHost: t\r\n\r\n")
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = s.recv(65536)
+            assert chunk, "closed before the head"
+            head += chunk
+        assert head.startswith(b"HTTP/1.1 200 OK\r\n") and head.endswith(b"\r\n\r\n")
+        assert running.app.loop is not None and running.app.release is not None
+        running.app.loop.call_soon_threadsafe(running.app.release.set)
+        assert s.recv(65536) == b"ok"
+        s.sendall(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert read_response(s)[::2] == (200, b"ok")
+
+
+def test_a_head_only_answer_is_written_and_its_connection_stays_usable(running: Running) -> None:
+    with connect(running.port) as s:
+        s.sendall(b"HEAD / HTTP/1.1\r\nHost: t\r\n\r\n")
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = s.recv(65536)
+            assert chunk, "closed before the head"
+            head += chunk
+        assert head.startswith(b"HTTP/1.1 200 OK\r\n") and head.endswith(b"\r\n\r\n")
+        s.sendall(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        status, headers, body = read_response(s)
+        assert (status, body, headers["connection"]) == (200, b"ok", "close")
+        assert closed_by_peer(s)
