@@ -9,7 +9,7 @@
 # make docs - build the docs site (mkdocs.yml, docs/) into site/ with --strict; make test builds it too
 # make chaos - the API under faults and hostile clients (real processes, loopback, ~2 min): a table per fault
 # make bench - throughput at each workload's p99 SLO: naive, tuned in-process, split, ceiling and the peers
-#              (BentoML, Ray Serve), 3 searches each; quick plan (<= 15 min on 2 cores, + ~1.5 min once for
+#              (BentoML, Ray Serve), 3 searches each; quick plan (<= 12 min on 2 cores, + ~1.5 min once for
 #              the peers' venvs)
 # make bench-peers - install the peers' venvs (.venv-peers/, pinned; make bench does it when missing)
 # make bench-hop - the split's hop at low load: transports, CPU and wake-ups per request, py-spy (~2 min)

@@ -1,6 +1,6 @@
 """`python -m bench`: throughput at a latency SLO, every setup side by side, in one command.
 
-    python -m bench                         # quick plan, at most 15 minutes on 2 cores (make bench)
+    python -m bench                         # quick plan, at most 12 minutes on 2 cores (make bench)
     python -m bench --full                  # full plan: every variant, longer steps (make bench-full)
     python -m bench --smoke                 # every path in a few seconds per step; figures mean nothing
     python -m bench --workload fraud --setups tuned,split,split-no-coalescing
@@ -183,7 +183,8 @@ def jobs_for(
     """The (workload, setup) jobs of a run, in run order (tuned before the splits: their
     targets compare at tuned's SLO-RPS): `wanted`, else the plan's, and `also` (--variant).
     Memory is measured for the first workload only: the headline split, naive, tuned and
-    ceiling (every split variant in the full plan)."""
+    the peers, what the memory targets compare (the full plan adds the ceiling and every
+    split variant)."""
     jobs = []
     for i, workload in enumerate(workloads):
         if wanted:
@@ -197,7 +198,8 @@ def jobs_for(
         names |= set(also)
         for setup in setups:
             if setup.name in names:
-                memory = i == 0 and (setup.column != "split" or setup.headline or plan.memory_variants)
+                memory = i == 0 and (plan.memory_variants or setup.column in ("naive", "tuned", "peer")
+                                     or (setup.column == "split" and setup.headline))
                 jobs.append(Job(workload, setup, memory=memory))
     return jobs
 

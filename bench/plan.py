@@ -1,6 +1,6 @@
 """How long and how hard the benchmark runs: the quick and the full plan.
 
-The quick plan (`make bench`) fits in 15 minutes on a 2-core machine (`time_budget_s`):
+The quick plan (`make bench`) fits in 12 minutes on a 2-core machine (`time_budget_s`):
 the headline setups and the peers of both workloads, each searched three times, every step
 a warm-in at its rate that is not counted (`warm_in_s`) and then at least 1,000 arrivals
 (`min_requests`: a step fails only on evidence, `bench.slo.judge`) or `step_max_s`, each
@@ -54,8 +54,9 @@ class Plan:
     step_max_s: float = 5.0
     min_requests: int = 1000
     # What a step costs beyond its arrivals: the idle wait before it, the generator's start
-    # and the drain of the last answers (the budget's estimate, seconds).
-    step_overhead_s: float = 1.0
+    # and the drain of the last answers (the budget's estimate, seconds; 0.2-0.5 s between
+    # fraud's steps in a quick run on a 2-core Xeon).
+    step_overhead_s: float = 0.5
     # The first search: these fractions of the closed-loop RPS, ascending, then bisection
     # to `tolerance`, `max_steps` measurements in all. (The SLO-RPS measured here is 0.55
     # to 0.9 of the closed-loop RPS: the ladder starts at half of it, a low rung being the
@@ -79,12 +80,12 @@ class Plan:
     repeat_tolerance: float = 0.03
     repeat_max_steps: int = 4
     # The whole run's wall-clock budget, seconds (None: unbounded), and the setups the plan
-    # runs per workload (bench.__main__.plan_setups). 15 minutes: at 12, a machine where the
-    # run's overheads (starts, warm-ups, memory) took 5.5 of them left each job about 32 s
-    # of search; a setup below 200 RPS steps 6 s at a time (1,000 arrivals need the 5 s
-    # cap), so the heavier model's split got one step per search and was reported at its
-    # first rung ("at least 202", "at least 206" in two runs), its target unjudged.
-    time_budget_s: float | None = 900.0
+    # runs per workload (bench.__main__.plan_setups). 12 minutes, of which the starts,
+    # warm-ups and memory runs take 5 to 7.5 (a fast and a slow 2-core Xeon); the rest is
+    # shared among the jobs by what their steps cost (bench.runner.Budget): a setup below
+    # 200 RPS steps 7 s at a time (1,000 arrivals need the 5 s cap) where fraud steps 3 s,
+    # and equal seconds gave the heavier model's split one step per search.
+    time_budget_s: float | None = 720.0
     timeout_s: float = 2.0  # an answer later than this is an error
     # Before every run the setup must be idle (below idle_cores over idle_window_s): the
     # previous run's backlog is drained (see Runner.wait_idle).

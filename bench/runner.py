@@ -28,10 +28,11 @@ Every step starts from an idle setup (`wait_idle`). Refinement and confirmation 
 early once they have failed on evidence (more than 1 % of their planned arrivals late, or
 an error; their percentiles are then lower bounds, and say so); sweep and reference steps
 always run their whole duration, so the curve's shape is true where it is drawn.
-`Budget` shares the plan's wall-clock budget among the jobs up front: what is left after
-the memory runs and every job's start and warm-up (`JOB_OVERHEAD_S`) are set aside, in
-equal shares, each job's among its searches (the first, which climbs the whole ladder,
-counting double). A search that has an answer
+`Budget` shares the plan's wall-clock budget among the jobs, at each job's start: what is
+left after the memory runs still to come and every job's start and warm-up
+(`Setup.start_estimate_s`, `_job_overhead`) are set aside, in shares by what one step of
+each job costs (`_step_weight`: every job gets about as many steps), each job's among its
+searches (the first, which climbs the whole ladder, counting double). A search that has an answer
 stops when its next step would not fit in its share; one without an answer yet goes on
 (a setup gets a number); a repeat that would not fit at all is not run, and the result
 says how many searches it has. Time a job leaves unused goes to the jobs after it.
@@ -92,14 +93,13 @@ REFERENCE_WORKLOADS = ("fraud",)
 #: A search whose lowest rate fails tries this share of it next (bench.slo.SloSearch).
 DESCEND = 0.6
 MODEL_COST_BATCHES = (1, 2, 4, 8, 16, 32, 64)
-#: Seconds a fresh start for memory takes, about (what Budget sets aside for them); Ray's
-#: local cluster takes longer to start.
-MEMORY_START_S = {"peer": 25.0}
-MEMORY_START_DEFAULT_S = 12.0
-#: Seconds a job takes before its first search step, about: its start, the warm-up rounds
-#: and the unloaded latency (what Budget sets aside for each job still to run).
-JOB_OVERHEAD_S = {"peer": 40.0}
-JOB_OVERHEAD_DEFAULT_S = 20.0
+#: Seconds a memory run takes after its start is ready, beyond its closed-loop round
+#: (`Plan.memory_warmup_s`): the wait for its workers, the drain and the PSS snapshot, about.
+MEMORY_SNAPSHOT_S = 3.0
+#: Seconds a job takes before its first search step beyond its start
+#: (`Setup.start_estimate_s`), its two warm-up rounds and the unloaded latency: the idle
+#: waits and the generator's starts, about.
+JOB_SLACK_S = 4.0
 #: Seconds the model's in-process cost takes, about (before a MODEL_COST_WORKLOADS workload).
 MODEL_COST_S = 15.0
 #: Seconds a memory start waits for all the workers it was started with (after ready).
@@ -126,7 +126,10 @@ class Budget:
             return float("inf")
         return self.total_s - (now - self.started)
 
-    def job_deadline(self, now: float, overheads_s: Sequence[float], reserve_s: float) -> float:
+    def job_deadline(
+        self, now: float, overheads_s: Sequence[float], reserve_s: float,
+        weights: Sequence[float] | None = None,
+    ) -> float:
         """When the job starting at `now` should be done.
 
         Args:
@@ -134,17 +137,24 @@ class Budget:
             overheads_s: seconds each job still to run (this one first) needs before its
                 searches: its start, warm-up and unloaded latency.
             reserve_s: seconds set aside for the memory runs to come.
+            weights: each of those jobs' share of the search time, relative (None: equal):
+                the runner gives the seconds one of its steps takes, so that every job gets
+                about as many steps (a step of the heavier model's 100-300 RPS takes 7 s,
+                a fraud step at 1,000 RPS 3 s: equal seconds gave the heavier model's split
+                one step per search).
 
-        Returns its own overhead plus an equal share of the search time: what is left
-        after `reserve_s` and every job's overhead, among the jobs (inf when unbounded).
+        Returns its own overhead plus its share of the search time: what is left after
+        `reserve_s` and every job's overhead, among the jobs (inf when unbounded).
         """
         left = self.left(now)
         if left == float("inf"):
             return float("inf")
         if not overheads_s:
             return now + max(0.0, left - reserve_s)
+        shares = list(weights) if weights is not None else [1.0] * len(overheads_s)
         search_s = max(0.0, left - reserve_s - sum(overheads_s))
-        return now + min(max(0.0, left - reserve_s), overheads_s[0] + search_s / len(overheads_s))
+        share = search_s * shares[0] / sum(shares) if sum(shares) > 0 else search_s / len(overheads_s)
+        return now + min(max(0.0, left - reserve_s), overheads_s[0] + share)
 
     @staticmethod
     def search_deadline(now: float, job_deadline: float, searches_left: int, first: bool = False) -> float:
@@ -214,6 +224,8 @@ class Runner:
         self.model_costs: dict[str, dict[str, object]] = {}
         self._deadline = float("inf")  # the running job's share of the budget ends here
         self._reserve_s = 0.0  # what the memory runs still to come need of the budget
+        # Per workload, the closed-loop RPS of its first job (what its steps will cost).
+        self._closed_rps: dict[str, float] = {}
 
     def say(self, message: str) -> None:
         """A progress line, prefixed with the time since the run started (and, under a
@@ -422,7 +434,6 @@ class Runner:
     def run(self, jobs: Sequence[Job]) -> BenchResults:
         """Every job's throughput and latency, then memory (see the module docstring)."""
         results = BenchResults(meta={}, setups=[])
-        memory_starts = {id(j): self._memory_reserve(j) for j in jobs if j.memory}
         # Whether each job is the first of its workload (the model's cost is measured before it).
         firsts = [all(o.workload.name != j.workload.name for o in jobs[:i]) for i, j in enumerate(jobs)]
         overhead = {id(j): self._job_overhead(j, first=first) for j, first in zip(jobs, firsts, strict=True)}
@@ -444,9 +455,13 @@ class Runner:
                 result.status, result.reason = "skipped", setup.unavailable_reason
                 self.say(f"{workload.name}/{setup.name}: skipped, {setup.unavailable_reason}")
                 continue
-            reserve = self._reserve_s = sum(memory_starts.values())
-            overheads = [overhead[id(j)] for j in jobs[index:] if j.setup.available]
-            self._deadline = self.budget.job_deadline(time.monotonic(), overheads, reserve)
+            reserve = self._reserve_s = sum(
+                self._memory_reserve(j, results.get(j.workload.name, j.setup.name) if i < index else None)
+                for i, j in enumerate(jobs) if j.memory)
+            left = [j for j in jobs[index:] if j.setup.available]
+            self._deadline = self.budget.job_deadline(
+                time.monotonic(), [overhead[id(j)] for j in left], reserve,
+                weights=[self._step_weight(j) for j in left])
             references = self._references(results, job)
             if self._guard(result, functools.partial(self._run_job, job, result, references)):
                 result.status = "ok"
@@ -464,21 +479,43 @@ class Runner:
         results.meta["model_cost"] = dict(self.model_costs)
         return results
 
-    def _memory_reserve(self, job: Job) -> float:
-        """Seconds set aside for `job`'s memory runs (fresh starts; the count its throughput
-        start already has is measured there, see `_run_job`)."""
-        per_start = MEMORY_START_S.get(job.setup.kind, MEMORY_START_DEFAULT_S) + self.plan.memory_warmup_s
-        starts = len(self.plan.memory_workers)
-        if job.setup.workers_for(len(self.env.server_cpus) or os.cpu_count() or 1) in self.plan.memory_workers:
-            starts -= 1
-        return per_start * max(0, starts)
+    def _default_workers(self, job: Job) -> int | None:
+        """The worker count `job`'s throughput start will have (None: a split, whose
+        run-server.sh sizes its API from the CPU budget)."""
+        return job.setup.workers_for(len(self.env.server_cpus) or os.cpu_count() or 1)
+
+    def _memory_reserve(self, job: Job, result: SetupResult | None = None) -> float:
+        """Seconds set aside for `job`'s memory runs still to come: a fresh start per worker
+        count of the plan not measured yet (`_measure_memory`). Once the job has run
+        (`result`) those are the counts its throughput start did not measure (none when it
+        failed); before, every count but its default one (a split's is known only then)."""
+        plan = self.plan
+        if result is not None:
+            counts = [c for c in plan.memory_workers if result.memory_at(c) is None] if result.status == "ok" else []
+        else:
+            counts = [c for c in plan.memory_workers if c != self._default_workers(job)]
+        return sum(job.setup.start_estimate_s(c) + plan.memory_warmup_s + MEMORY_SNAPSHOT_S for c in counts)
 
     def _job_overhead(self, job: Job, first: bool) -> float:
-        """Seconds `job` takes before its searches, about (see `JOB_OVERHEAD_S`); `first`:
-        the first job of its workload, which the model's cost comes before."""
-        start = JOB_OVERHEAD_S.get(job.setup.kind, JOB_OVERHEAD_DEFAULT_S)
+        """Seconds `job` takes before its searches, about: its start, the memory run at that
+        start when it has one, two warm-up rounds, the unloaded latency and `JOB_SLACK_S`;
+        `first`: the first job of its workload, which the model's cost comes before."""
+        plan = self.plan
+        workers = self._default_workers(job)
+        start = job.setup.start_estimate_s(workers or 1)
+        if job.memory and (workers is None or workers in plan.memory_workers):
+            start += plan.memory_warmup_s + MEMORY_SNAPSHOT_S
         cost = MODEL_COST_S if first and job.workload.name in MODEL_COST_WORKLOADS else 0.0
-        return start + cost + 2 * self.plan.warmup_s + self.plan.unloaded_s
+        return start + cost + 2 * plan.warmup_s + plan.unloaded_s + JOB_SLACK_S
+
+    def _step_weight(self, job: Job) -> float:
+        """What one search step of `job` costs, about, seconds (its share of the search
+        time, `Budget.job_deadline`): a step at the ladder's first rung of its workload's
+        closed-loop RPS once one job of the workload has measured it; before, a step at the
+        lowest rate (the longest)."""
+        closed = self._closed_rps.get(job.workload.name)
+        rate = self.plan.ladder(closed)[0] if closed else self.plan.min_rate_rps
+        return self.plan.step_cost(rate)
 
     def _references(self, results: BenchResults, job: Job) -> list[float]:
         """The rates the targets compare at, for this job (see the module docstring)."""
@@ -514,7 +551,7 @@ class Runner:
             result.workers = running.workers
             result.commands = running.commands()
             load = self.load_settings(running)
-            if job.memory and setup.kind != "split" and result.workers in plan.memory_workers:
+            if job.memory and result.workers in plan.memory_workers:
                 result.memory.append(self._memory(running))  # a fresh start: saves one
             closed_rps, steady = self.warm_up(running, load)
             if not steady:
@@ -522,6 +559,7 @@ class Runner:
             result.closed_loop_rps = closed_rps
             if closed_rps <= 0:
                 raise SetupError("no successful answer in the closed-loop warm-up")
+            self._closed_rps.setdefault(workload.name, closed_rps)
             result.unloaded_p50_ms = self.unloaded_p50(running, load)
             if setup.column == "tuned" and workload.name not in self.slo:
                 self.derive_slo(workload, result.unloaded_p50_ms, "the tuned setup of this run")

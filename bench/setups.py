@@ -104,6 +104,19 @@ class Setup:
     # The request body as this setup takes it: "" the route's Transaction as is; a field name
     # F: {"F": [<Transaction>]} (a BentoML batchable API takes one list parameter).
     body_field: str = ""
+    # Seconds a start takes until ready, about: (fixed, per worker). What the runner's time
+    # budget sets aside for the starts still to come (bench.runner.Budget). Measured on a
+    # 2-core Intel Xeon (AVX-512, 2026-12-07), one server CPU: tuned 7 s with 1 or 4
+    # workers (--preload, the workers fork); naive 6 s at 1, 18 s at 3, 27 s at 4 (each
+    # worker imports TensorFlow and Keras); the split 6-9 s at 1 or 4 (19 s for the heavier
+    # model: serving's warm-up); BentoML 10 s at 1, 17 s for the heavier model, 26 s at 4;
+    # Ray Serve 19-33 s at 1 replica, 42 s at 4 (its local cluster first).
+    start_s: tuple[float, float] = (10.0, 0.5)
+
+    def start_estimate_s(self, workers: int) -> float:
+        """Seconds a start with `workers` workers takes until ready, about (`start_s`)."""
+        fixed, per_worker = self.start_s
+        return fixed + per_worker * max(1, workers)
 
     def workers_for(self, server_cores: int) -> int | None:
         """In-process worker count on `server_cores` CPUs; None for a split setup, whose
@@ -123,6 +136,7 @@ NAIVE = Setup(
     kind="inprocess",
     app="bench.apps.naive:create_app()",
     fixed_workers=NAIVE_WORKERS,
+    start_s=(2.0, 6.5),
 )
 TUNED = Setup(
     name="tuned",
@@ -263,6 +277,7 @@ BENTOML = Setup(
     kind="peer",
     peer="bentoml",
     body_field="transactions",
+    start_s=(12.0, 4.0),
 )
 RAY_SERVE = Setup(
     name="ray-serve",
@@ -271,6 +286,7 @@ RAY_SERVE = Setup(
     "the SavedModel and feature code in the replica, 1 replica",
     kind="peer",
     peer="ray-serve",
+    start_s=(28.0, 4.0),
 )
 
 

@@ -387,32 +387,60 @@ def test_a_jobs_time_is_shared_among_its_searches_left() -> None:
 
 
 def test_the_budget_sets_aside_each_jobs_start_and_the_memory_starts_it_will_need(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from bench.runner import (
-        JOB_OVERHEAD_DEFAULT_S,
-        JOB_OVERHEAD_S,
-        MEMORY_START_DEFAULT_S,
-        MODEL_COST_S,
-        Environment,
-        Job,
-        Runner,
-    )
-    from bench.setups import TUNED, all_setups
+    from bench.results import MemoryRun, SetupResult
+    from bench.runner import JOB_SLACK_S, MEMORY_SNAPSHOT_S, MODEL_COST_S, Environment, Job, Runner
+    from bench.setups import NAIVE, TUNED, all_setups
     from bench.workload import FRAUD, WORKLOADS
 
     env = Environment(run_dir=tmp_path, pool=tmp_path / "pool", probe=b"{}", server_cpus=(0,), load_cpus=(1,))
     runner = Runner(QUICK, env, lambda _: None)
     split = next(s for s in all_setups() if s.column == "split" and s.headline)
-    peer = next(s for s in all_setups() if s.kind == "peer")
-    per_start = MEMORY_START_DEFAULT_S + QUICK.memory_warmup_s
+    ray = next(s for s in all_setups() if s.name == "ray-serve")
+    after = QUICK.memory_warmup_s + MEMORY_SNAPSHOT_S
     # Tuned's 1 worker is measured at its throughput start: one fresh start (4 workers) to come.
-    assert runner._memory_reserve(Job(FRAUD, TUNED, memory=True)) == pytest.approx(per_start)
-    assert runner._memory_reserve(Job(FRAUD, split, memory=True)) == pytest.approx(2 * per_start)
-    plain = runner._job_overhead(Job(FRAUD, TUNED), first=True)
-    assert runner._job_overhead(Job(FRAUD, peer), first=False) - plain == pytest.approx(
-        JOB_OVERHEAD_S["peer"] - JOB_OVERHEAD_DEFAULT_S)
+    assert runner._memory_reserve(Job(FRAUD, TUNED, memory=True)) == pytest.approx(TUNED.start_estimate_s(4) + after)
+    # Naive starts with 3 workers: both counts are fresh starts, 4 workers' the longer.
+    assert runner._memory_reserve(Job(FRAUD, NAIVE, memory=True)) == pytest.approx(
+        NAIVE.start_estimate_s(1) + NAIVE.start_estimate_s(4) + 2 * after)
+    assert NAIVE.start_estimate_s(4) > 3 * TUNED.start_estimate_s(4) / 2
+    # A split's own count is known once it started: both before, then only what is missing.
+    job = Job(FRAUD, split, memory=True)
+    both = split.start_estimate_s(1) + split.start_estimate_s(4) + 2 * after
+    assert runner._memory_reserve(job) == pytest.approx(both)
+    ran = SetupResult("split", "fraud", "split", "", status="ok")
+    ran.memory.append(MemoryRun(1, [], []))
+    assert runner._memory_reserve(job, ran) == pytest.approx(split.start_estimate_s(4) + after)
+    ran.status = "failed"
+    assert runner._memory_reserve(job, ran) == 0.0
+    plain = runner._job_overhead(Job(FRAUD, TUNED), first=False)
+    assert plain == pytest.approx(TUNED.start_estimate_s(1) + 2 * QUICK.warmup_s + QUICK.unloaded_s + JOB_SLACK_S)
+    # Ray's local cluster starts slowly; a job with memory at its start measures it there.
+    assert runner._job_overhead(Job(FRAUD, ray), first=False) - plain == pytest.approx(
+        ray.start_estimate_s(1) - TUNED.start_estimate_s(1))
+    assert runner._job_overhead(Job(FRAUD, TUNED, memory=True), first=False) - plain == pytest.approx(after)
     heavy = WORKLOADS["fraud-transformer"]
     assert runner._job_overhead(Job(heavy, TUNED), first=True) - plain == pytest.approx(MODEL_COST_S)
     assert runner._job_overhead(Job(heavy, TUNED), first=False) == pytest.approx(plain)
+
+
+def test_the_search_time_is_shared_by_what_each_jobs_steps_cost(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from bench.runner import Budget, Environment, Job, Runner
+    from bench.setups import TUNED
+    from bench.workload import FRAUD, WORKLOADS
+
+    # 400 s of search for two jobs whose steps cost 3 s and 7 s: 120 s and 280 s.
+    budget = Budget(total_s=720.0, started=0.0)
+    assert budget.job_deadline(120.0, [20.0, 20.0], reserve_s=160.0, weights=[3.0, 7.0]) == pytest.approx(
+        120 + 20 + 120)
+    env = Environment(run_dir=tmp_path, pool=tmp_path / "pool", probe=b"{}", server_cpus=(0,), load_cpus=(1,))
+    runner = Runner(QUICK, env, lambda _: None)
+    heavy = WORKLOADS["fraud-transformer"]
+    # Before any job of a workload has run its steps are taken to be the longest.
+    assert runner._step_weight(Job(FRAUD, TUNED)) == pytest.approx(QUICK.step_cost(QUICK.min_rate_rps))
+    runner._closed_rps["fraud"] = 2000.0  # its first rung, 1,000 RPS: 1 s of arrivals
+    assert runner._step_weight(Job(FRAUD, TUNED)) == pytest.approx(QUICK.warm_in_s + 1.0 + QUICK.step_overhead_s)
+    longest = QUICK.warm_in_s + QUICK.step_max_s + QUICK.step_overhead_s
+    assert runner._step_weight(Job(heavy, TUNED)) == pytest.approx(longest)
 
 
 @pytest.mark.parametrize(("slo", "own_p50", "relaxed"), [
