@@ -73,8 +73,25 @@ def test_a_first_search_without_an_answer_in_its_share_of_the_budget_gives_the_r
     runner._deadline = time.monotonic() + 10.0  # a 7 s step: the first search's share holds one
     result, slo = search(runner, unloaded_p50_ms=10.9)
     assert slo == 110.0 and result.relaxed_from_ms == 25.0
-    assert slos.count(25.0) == 1 == sum(1 for p in result.latency_curve if p.phase == "probe")
+    # It goes on past its share until it has failed at a quarter of its closed-loop RPS (160)
+    # or below (80 RPS, measured again, 48, then 24), and no further.
+    probes = [p.offered_rps for p in result.latency_curve if p.phase == "probe"]
+    rates = sorted(set(probes))
+    assert slos.count(25.0) == len(probes) and rates[0] <= 0.25 * 160.0 < rates[1]
     assert result.slo_rps is not None  # a search without an answer yet goes on: a number
+
+
+def test_a_first_search_that_failed_only_near_its_closed_loop_rps_descends_before_it_hands_over(
+        tmp_path: Path) -> None:
+    """The heavier model's split failed its first rung (half its closed-loop RPS) at the
+    workload's SLO and was handed over to the relaxed one after that step, though it met
+    the workload's SLO lower down."""
+    slos: list[float] = []
+    runner = runner_where(tmp_path, lambda rate, slo: rate <= 50.0, slos)
+    runner._deadline = time.monotonic() + 10.0
+    result, slo = search(runner, unloaded_p50_ms=9.2)
+    assert slo == 25.0 and result.relaxed_from_ms is None and set(slos) == {25.0}
+    assert result.workload_slo_rps is not None and result.workload_slo_rps <= 50.0
 
 
 def test_a_setup_that_meets_the_workloads_slo_somewhere_is_not_relaxed(tmp_path: Path) -> None:

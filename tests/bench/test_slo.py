@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 
 import pytest
@@ -460,3 +461,22 @@ def test_the_relaxed_slo_rejects_what_is_not_a_time() -> None:
         with pytest.raises(ValueError):
             relaxed_slo_ms(slo, own)
 
+
+
+def test_a_jobs_share_is_planned_again_by_its_own_steps_after_its_warm_up(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from bench.runner import Budget, Environment, Job, Runner
+    from bench.setups import TUNED
+    from bench.workload import FRAUD
+
+    env = Environment(run_dir=tmp_path, pool=tmp_path / "pool", probe=b"{}", server_cpus=(0,), load_cpus=(1,))
+    runner = Runner(QUICK, env, lambda _: None)
+    runner.budget = Budget(total_s=1000.0, started=time.monotonic())
+    runner._closed_rps["fraud"] = 2000.0  # the workload's steps: 1 s of arrivals at 1,000 RPS
+    runner._after = [(Job(FRAUD, TUNED), 0.0)]
+    runner._share_by_own_steps(closed_rps=2000.0)
+    even = runner._deadline - time.monotonic()
+    runner._share_by_own_steps(closed_rps=10.0)  # naive's: 5 RPS steps, 5 s of arrivals each
+    slow = runner._deadline - time.monotonic()
+    assert even == pytest.approx(500.0, abs=1.0)
+    naive_share = QUICK.step_cost(5.0) / (QUICK.step_cost(5.0) + QUICK.step_cost(1000.0))
+    assert slow == pytest.approx(1000.0 * naive_share, abs=1.0)
