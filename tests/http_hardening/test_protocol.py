@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -187,6 +188,16 @@ def test_without_a_shutdown_body_timeout_a_body_still_arriving_is_waited_for(run
     assert running.refused == []
 
 
+def assert_head_only(s: socket.socket) -> None:
+    """Read a 200's head and nothing more (a body would arrive with it, in the same write)."""
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = s.recv(65536)
+        assert chunk, "closed before the head"
+        head += chunk
+    assert head.startswith(b"HTTP/1.1 200 OK\r\n") and head.endswith(b"\r\n\r\n")
+
+
 def test_an_answers_head_and_body_go_out_in_one_write(running: Running) -> None:
     with connect(running.port) as s:
         for _ in range(2):  # and again on the kept-alive connection
@@ -199,12 +210,7 @@ def test_an_answers_head_and_body_go_out_in_one_write(running: Running) -> None:
 def test_a_head_whose_body_comes_later_is_written_without_waiting_for_it(running: Running) -> None:
     with connect(running.port) as s:
         s.sendall(b"GET /late-body HTTP/1.1\r\nHost: t\r\n\r\n")
-        head = b""
-        while b"\r\n\r\n" not in head:
-            chunk = s.recv(65536)
-            assert chunk, "closed before the head"
-            head += chunk
-        assert head.startswith(b"HTTP/1.1 200 OK\r\n") and head.endswith(b"\r\n\r\n")
+        assert_head_only(s)
         assert running.app.loop is not None and running.app.release is not None
         running.app.loop.call_soon_threadsafe(running.app.release.set)
         assert s.recv(65536) == b"ok"
@@ -215,12 +221,7 @@ def test_a_head_whose_body_comes_later_is_written_without_waiting_for_it(running
 def test_a_head_only_answer_is_written_and_its_connection_stays_usable(running: Running) -> None:
     with connect(running.port) as s:
         s.sendall(b"HEAD / HTTP/1.1\r\nHost: t\r\n\r\n")
-        head = b""
-        while b"\r\n\r\n" not in head:
-            chunk = s.recv(65536)
-            assert chunk, "closed before the head"
-            head += chunk
-        assert head.startswith(b"HTTP/1.1 200 OK\r\n") and head.endswith(b"\r\n\r\n")
+        assert_head_only(s)
         s.sendall(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
         status, headers, body = read_response(s)
         assert (status, body, headers["connection"]) == (200, b"ok", "close")
