@@ -5,7 +5,7 @@ import warnings
 
 from api.protos.inference import open_inference_grpc_pb2 as inference_dot_open__inference__grpc__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.85.4'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 
