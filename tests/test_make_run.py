@@ -100,6 +100,35 @@ def test_make_run_stopped_exits_0(tmp_path: Path, stop: str) -> None:
     assert not list(tmp_path.glob("serving-sockets.*"))  # run-server cleaned up after both tiers
 
 
+
+def test_a_closed_terminal_whose_session_leader_is_make_stops_both_tiers(tmp_path: Path) -> None:
+    """`ssh -t host make run`, `tmux new 'make run'`: make is the terminal's session leader
+    (bash -c execs it), so a hang-up's SIGHUP reaches make alone, which waits for its recipe;
+    tools/foreground.py sees the terminal hang up and stops run-server.sh."""
+    env = make_run_env(tmp_path)
+    ports = [int(env[name]) for name in ("API_PORT", "REST_API_PORT", "GRPC_PORT")]
+    terminal = Terminal(env)
+    tiers: dict[int, list[bytes]] = {}
+    try:
+        terminal.wait_for(b"run-server: API ready on", READY_S)
+        tree = _descendants(terminal.pid)
+        (run_server,) = [pid for pid, argv in tree.items() if argv[:2] == [b"bash", b"./run-server.sh"]]
+        tiers = {**_descendants(run_server), run_server: tree[run_server]}
+        os.close(terminal.fd)  # the terminal closes: the kernel hangs it up
+        terminal.fd = -1
+        deadline = time.monotonic() + 60
+        while not os.waitpid(terminal.pid, os.WNOHANG)[0]:  # make ends once its recipe has
+            assert time.monotonic() < deadline, "make still running 60 s after its terminal closed"
+            time.sleep(0.2)
+        deadline = time.monotonic() + 10
+        while (left := _left(tiers, ports)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not left, left
+        assert not list(tmp_path.glob("serving-sockets.*"))  # run-server cleaned up after both tiers
+    finally:
+        _kill_all(terminal, tiers)
+
+
 def _descendant(pid: int) -> set[int]:
     """The run-server.sh process under `pid` (bash -> make -> python -m tools.foreground -> bash run-server.sh)."""
     found: set[int] = set()

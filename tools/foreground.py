@@ -14,6 +14,13 @@ SIGTERM, SIGHUP and SIGINT sent to this process are passed on to the command's p
 its group: run-server.sh stops the API first, which drains in-flight requests, then serving;
 the group would hear it all at once) and this process waits for the command to exit.
 
+A terminal that closes (its window, an ssh connection) hangs up: the kernel sends SIGHUP
+to the session leader alone, and every process of the session loses the terminal. When
+the session leader is make itself (`ssh -t host make run`, `tmux new 'make run'`), make
+catches the SIGHUP and waits for its recipe, which never hears it: both tiers were left
+running on their ports. So this process also watches the terminal it opened: once it is
+hung up (poll says POLLHUP), the command gets SIGHUP as if this process had.
+
 SIGTERM sent to make itself: GNU make sends SIGTERM to its recipe's process alone, waits
 for it, and then ends itself by the same signal (status 143 in a shell, "Terminated"; it
 cannot be 0). The Makefile's recipe `exec`s, so that process is this one (or, without a
@@ -25,6 +32,7 @@ running, outside make's reach.
 from __future__ import annotations
 
 import os
+import select
 import signal
 import sys
 from types import FrameType
@@ -69,7 +77,7 @@ def main(argv: list[str]) -> int:
     own_group = os.getpgrp()
     os.tcsetpgrp(terminal, pid)
     os.close(ready_write)
-    _, status = os.waitpid(pid, 0)
+    status = _wait_hanging_up(pid, terminal)
     for signum in FORWARDED:  # its pid may be reused now
         signal.signal(signum, signal.SIG_IGN)
     try:
@@ -78,6 +86,24 @@ def main(argv: list[str]) -> int:
         pass  # the terminal or our group is gone (make ended first): nothing to give back
     code = os.waitstatus_to_exitcode(status)
     return 128 - code if code < 0 else code
+
+
+#: How often the wait for the command looks at the terminal, seconds.
+HANGUP_POLL_S = 0.5
+
+
+def _wait_hanging_up(pid: int, terminal: int) -> int:
+    """Wait for `pid` to exit and return its wait status; send it SIGHUP, once, when
+    `terminal` hangs up meanwhile (see the module doc)."""
+    watch = select.poll()
+    watch.register(terminal, 0)  # no events asked: poll reports only POLLHUP / POLLERR
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        if watch.poll(HANGUP_POLL_S * 1000):
+            os.kill(pid, signal.SIGHUP)
+            return os.waitpid(pid, 0)[1]
 
 
 if __name__ == "__main__":
