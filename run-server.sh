@@ -70,10 +70,15 @@ log() { echo "run-server: $*" >&2; }
 [[ -f "$MODEL_CONFIG_FILE" ]] || { log "model config file not found: $MODEL_CONFIG_FILE"; exit 2; }
 
 # A port already in use would make the readiness polls below talk to someone else's
-# server; refuse to start instead.
-for port in "$GRPC_PORT" "$REST_API_PORT" "$API_PORT"; do
+# server; refuse to start instead. The operational port too (API_OPS_BIND, below): bound
+# by another instance, it failed to bind here and the "API ready" line pointed at the
+# other instance's /docs and /metrics.
+ops_bind=${API_OPS_BIND-${API_HOST}:9000}
+ports=("$GRPC_PORT" "$REST_API_PORT" "$API_PORT")
+[[ -n "$ops_bind" ]] && ports+=("${ops_bind##*:}")
+for port in "${ports[@]}"; do
   if "$PYTHON" -c "import socket, sys; socket.create_connection(('127.0.0.1', int(sys.argv[1])), 0.5)" "$port" 2>/dev/null; then
-    log "port $port is already in use (another run-server.sh?); set GRPC_PORT / REST_API_PORT / API_PORT"
+    log "port $port is already in use (another run-server.sh?); set GRPC_PORT / REST_API_PORT / API_PORT / API_OPS_BIND"
     exit 1
   fi
 done
@@ -238,7 +243,7 @@ export SERVING_GRPC_TARGETS=${SERVING_GRPC_TARGETS:-${SERVING_HOST}:${GRPC_PORT}
 export API_BIND="${API_HOST}:${API_PORT}"
 # /metrics, /docs, /openapi.json (gunicorn.conf.py's operational port) on the API's interface:
 # API_HOST=127.0.0.1 keeps them local too. API_OPS_BIND= (empty) serves them on API_PORT.
-export API_OPS_BIND="${API_OPS_BIND-${API_HOST}:9000}"
+export API_OPS_BIND="$ops_bind"
 # The OIP gRPC port (OIP__MODELS, OIP__GRPC_PORT) on the same interface.
 export OIP__GRPC_HOST="${OIP__GRPC_HOST:-${API_HOST}}"
 (cd "$HERE" && own_session "$PYTHON" -m gunicorn -c gunicorn.conf.py 'api.app:create_app()') &

@@ -280,7 +280,8 @@ def test_run_server_fails_fast_on_a_missing_config(tmp_path: Path) -> None:
     assert "not found" in proc.log()
 
 
-def test_run_server_refuses_a_port_in_use(tmp_path: Path) -> None:
+@pytest.mark.parametrize("busy_one", ["API_PORT", "API_OPS_BIND"])
+def test_run_server_refuses_a_port_in_use(tmp_path: Path, busy_one: str) -> None:
     import socket
 
     with socket.socket() as busy:
@@ -290,10 +291,14 @@ def test_run_server_refuses_a_port_in_use(tmp_path: Path) -> None:
         env = {
             "MODELS_DIR": str(REPO / "models"),
             "PYTHON": sys.executable,
-            "API_PORT": str(port),
+            "API_PORT": str(free_port()),
+            "API_OPS_BIND": f"127.0.0.1:{free_port()}",
             "REST_API_PORT": str(free_port()),
             "GRPC_PORT": str(free_port()),
         }
+        # The operational port (/docs, /metrics) bound by another instance failed to bind
+        # here, and the "API ready" line pointed at that instance's.
+        env[busy_one] = str(port) if busy_one == "API_PORT" else f"127.0.0.1:{port}"
         proc = start_run_server(tmp_path / "log", **env)
         assert proc.popen.wait(30) == 1
     assert f"port {port} is already in use" in proc.log()
