@@ -463,14 +463,11 @@ class Runner:
                 result.status, result.reason = "skipped", setup.unavailable_reason
                 self.say(f"{workload.name}/{setup.name}: skipped, {setup.unavailable_reason}")
                 continue
-            reserve = self._reserve_s = sum(
+            self._reserve_s = sum(
                 self._memory_reserve(j, results.get(j.workload.name, j.setup.name) if i < index else None)
                 for i, j in enumerate(jobs) if j.memory)
-            left = [j for j in jobs[index:] if j.setup.available]
-            self._after = [(j, overhead[id(j)]) for j in left[1:]]
-            self._deadline = self.budget.job_deadline(
-                time.monotonic(), [overhead[id(j)] for j in left], reserve,
-                weights=[self._step_weight(j) for j in left])
+            self._after = [(j, overhead[id(j)]) for j in jobs[index + 1:] if j.setup.available]
+            self._plan_share(overhead[id(job)], self._step_weight(job))
             references = self._references(results, job)
             if self._guard(result, functools.partial(self._run_job, job, result, references)):
                 result.status = "ok"
@@ -517,16 +514,20 @@ class Runner:
         cost = MODEL_COST_S if first and job.workload.name in MODEL_COST_WORKLOADS else 0.0
         return start + cost + 2 * plan.warmup_s + plan.unloaded_s + JOB_SLACK_S
 
+    def _plan_share(self, overhead_s: float, step_s: float) -> None:
+        """Set the running job's deadline from now (`Budget.job_deadline`): its overhead
+        still to come and the cost of one of its steps, beside the jobs after it
+        (`_after`) and the memory runs to come (`_reserve_s`)."""
+        self._deadline = self.budget.job_deadline(
+            time.monotonic(), [overhead_s, *(o for _, o in self._after)], self._reserve_s,
+            weights=[step_s, *(self._step_weight(j) for j, _ in self._after)])
+
     def _share_by_own_steps(self, closed_rps: float) -> None:
         """Re-plan the running job's share once its warm-up has measured its own closed-loop
         RPS: its steps cost what its own ladder's first rung costs (a setup far slower than
         its workload's first, naive at 5 RPS or a peer at its relaxed SLO, steps 6.5 s where
         fraud's tuned steps 4 s, and at the workload's weight got one step per search)."""
-        now = time.monotonic()
-        self._deadline = self.budget.job_deadline(
-            now, [0.0, *(o for _, o in self._after)], self._reserve_s,
-            weights=[self.plan.step_cost(self.plan.ladder(closed_rps)[0]),
-                     *(self._step_weight(j) for j, _ in self._after)])
+        self._plan_share(0.0, self.plan.step_cost(self.plan.ladder(closed_rps)[0]))
 
     def _step_weight(self, job: Job) -> float:
         """What one search step of `job` costs, about, seconds (its share of the search

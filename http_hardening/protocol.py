@@ -591,22 +591,21 @@ class HardenedHttpProtocol(HttpToolsProtocol):
             self._head = data
             self._head_flush = self.loop.call_soon(self._flush_head)
             return
-        if self._head is not None:
-            data = self._head + data
-            self._head = None
-            if self._head_flush is not None:
-                self._head_flush.cancel()
-                self._head_flush = None
-        self._write_now(data)
+        self._write_now(self._take_head() + data)
 
-    def _flush_head(self) -> None:
-        """Write a held head now (nothing followed it in its loop iteration, or the
-        response ends without a body write, e.g. HEAD, or its connection closes)."""
+    def _take_head(self) -> bytes:
+        """The held head (b"" when none), no longer held nor scheduled for its own write."""
         head, self._head = self._head, None
         if self._head_flush is not None:
             self._head_flush.cancel()
             self._head_flush = None
-        if head is not None and not self.transport.is_closing():
+        return head or b""
+
+    def _flush_head(self) -> None:
+        """Write a held head now (nothing followed it in its loop iteration, or the
+        response ends without a body write, e.g. HEAD, or its connection closes)."""
+        head = self._take_head()
+        if head and not self.transport.is_closing():
             self._write_now(head)
 
     def _write_now(self, data: bytes) -> None:
